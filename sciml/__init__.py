@@ -1,0 +1,18 @@
+"""sciml: differentiable programming for AI + science on Taichi kernels.
+
+    >>> import sciml as sm
+    >>> sm.hessian(lambda x: (sm.sin(x) * x).sum())(sm.tensor([0.3, 1.2]))
+"""
+from .runtime import ArchUnavailableError, arch, default_dtype, init, manual_seed
+from .autodiff import (Primitive, Tensor, arange, as_tensor, enable_grad, eye, full, grad, hessian, hvp,
+                       is_grad_enabled, jacfwd, jacrev, jvp, linearize, linspace, no_grad, ones, ones_like, rand,
+                       randn, stop_gradient, tensor, tree_leaves, tree_map, tree_structure, value_and_grad, vjp,
+                       zeros, zeros_like)
+from .autodiff.ops import (abs, add, astype, broadcast_to, clip, concat, cos, div, dot, equal, exp, floor, gelu,
+                           greater, greater_equal, less, less_equal, log, log_softmax, logsumexp, matmul, max,
+                           maximum, mean, min, minimum, moveaxis, mul, neg, not_equal, pow, reciprocal, relu,
+                           reshape, scatter_add, sigmoid, sign, silu, sin, softmax, softplus, split, sqrt, square,
+                           squeeze, stack, sub, sum, take, tanh, transpose, unsqueeze, var, where)
+
+__version__ = "0.1.0"
+float32, float64, int32 = "float32", "float64", "int32"

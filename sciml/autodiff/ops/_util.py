@@ -1,0 +1,84 @@
+"""Shared helpers for op definitions: operand coercion, broadcasting, axes."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..tensor import Tensor, as_tensor, scalar, tensor
+
+FLOATS = ("float32", "float64")
+
+
+def operands(name, x, y):
+    """Coerce (x, y) to Tensors of one dtype; Python numbers take the other operand's dtype."""
+    if isinstance(x, Tensor) and isinstance(y, Tensor):
+        if x.dtype != y.dtype:
+            x, y = _promote(name, x, y)
+        return x, y
+    if isinstance(x, Tensor):
+        return x, _coerce(name, y, x.dtype)
+    if isinstance(y, Tensor):
+        return _coerce(name, x, y.dtype), y
+    x = as_tensor(x)
+    return x, _coerce(name, y, x.dtype)
+
+
+def _coerce(name, v, dtype):
+    if isinstance(v, Tensor):
+        return v
+    if isinstance(v, numbers.Number) and not isinstance(v, bool):
+        if dtype in ("int32", "bool") and not isinstance(v, numbers.Integral):
+            from ..runtime import default_dtype
+            dtype = default_dtype()
+        return scalar(v, "int32" if dtype == "bool" else dtype)
+    if isinstance(v, (np.ndarray, list, tuple, bool, np.generic)):
+        return tensor(v, dtype if dtype in FLOATS else None)
+    raise TypeError(f"{name}: got an operand of type {type(v).__name__}; expected a Tensor, a number or an array.")
+
+
+def _promote(name, x, y):
+    fx, fy = x.dtype in FLOATS, y.dtype in FLOATS
+    if fx and fy:
+        raise TypeError(f"{name}: operands have dtypes {x.dtype} and {y.dtype}; sciml does not promote between "
+                        "float dtypes silently. Cast one with .astype(...).")
+    if fx:
+        return x, y.astype(x.dtype)
+    if fy:
+        return x.astype(y.dtype), y
+    return x.astype("int32"), y.astype("int32")
+
+
+def broadcast_shapes(name, *shapes):
+    """numpy's broadcasting rule, with an error naming the op and the shapes."""
+    nd = max(len(s) for s in shapes)
+    out = []
+    for d in range(nd):
+        sizes = {s[len(s) - nd + d] for s in shapes if len(s) - nd + d >= 0} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"{name}: shapes {', '.join(map(str, shapes))} cannot be broadcast together "
+                             f"(axis {d - nd} has sizes {sorted(sizes)}); numpy's broadcasting rules apply.")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def check_float(name, *xs):
+    for x in xs:
+        if x.dtype not in FLOATS:
+            raise TypeError(f"{name}: got a Tensor of dtype {x.dtype}; expected float32 or float64 "
+                            "(cast with .astype('float32')).")
+
+
+def norm_axis(name, axis, ndim):
+    """A sorted tuple of non-negative axes (None -> all)."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    out = []
+    for a in axes:
+        if not isinstance(a, numbers.Integral) or not -ndim <= a < max(ndim, 1):
+            raise ValueError(f"{name}: axis {a} is out of range for a Tensor with {ndim} dimension(s).")
+        out.append(int(a) % max(ndim, 1))
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name}: repeated axis in {axis}.")
+    return tuple(sorted(out))

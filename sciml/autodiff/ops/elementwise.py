@@ -1,0 +1,270 @@
+"""Elementwise primitives: unary maps, broadcasting binary maps, comparisons, where, astype."""
+from __future__ import annotations
+
+import math
+
+from ... import backend
+from ...kernels import elementwise as E
+from ..backward import needs
+from ..primitive import Primitive
+from ..tensor import Tensor, as_tensor, canonical_dtype
+from ._util import broadcast_shapes, check_float, operands
+
+
+# --- unary -------------------------------------------------------------------------------
+def _unary_forward(op):
+    def forward(x):
+        if x.dtype not in ("float32", "float64"):
+            check_float(op, x)
+        n = x.size
+        out = backend.empty(n, x.dtype)
+        if n:
+            E.unary(op, x._buf, out, n, x.dtype)
+        return out, x.shape, x.dtype
+    return forward
+
+
+def _unary(op, deriv):
+    """A unary primitive whose Jacobian is diag(deriv(x, out)); deriv None = zero derivative."""
+    prim = Primitive(op, _unary_forward(op))
+    if deriv is None:
+        prim.def_vjp(lambda g, x, out: (None,))
+        prim.def_jvp(lambda ts, x, out: None)
+    else:
+        prim.def_vjp(lambda g, x, out: (g * deriv(x, out),))
+        prim.def_jvp(lambda ts, x, out: ts[0] * deriv(x, out))
+
+    def fn(x):
+        return prim(_as_float(op, x))
+    fn.__name__ = op
+    fn.primitive = prim
+    return fn
+
+
+def _as_float(name, x):
+    x = as_tensor(x)
+    if x.dtype not in ("float32", "float64"):
+        if x.dtype in ("int32", "bool"):
+            from ...runtime import default_dtype
+            return x.astype(default_dtype())
+        check_float(name, x)
+    return x
+
+
+neg = _unary("neg", None)
+neg.primitive.def_vjp(lambda g, x, out: (-g,))
+neg.primitive.def_jvp(lambda ts, x, out: -ts[0])
+exp = _unary("exp", lambda x, out: out)
+log = _unary("log", lambda x, out: reciprocal(x))
+sin = _unary("sin", lambda x, out: cos(x))
+cos = _unary("cos", lambda x, out: -sin(x))
+tanh = _unary("tanh", lambda x, out: 1.0 - square(out))
+sigmoid = _unary("sigmoid", lambda x, out: out * (1.0 - out))
+relu = _unary("relu", lambda x, out: step(x))
+softplus = _unary("softplus", lambda x, out: sigmoid(x))
+sqrt = _unary("sqrt", lambda x, out: 0.5 * reciprocal(out))
+abs = _unary("abs", lambda x, out: sign(x))
+square = _unary("square", lambda x, out: 2.0 * x)
+reciprocal = _unary("reciprocal", lambda x, out: -square(out))
+sign = _unary("sign", None)
+step = _unary("step", None)
+floor = _unary("floor", None)
+
+
+# --- binary ------------------------------------------------------------------------------
+def sum_to(g: Tensor, shape: tuple) -> Tensor:
+    """Sum ``g`` over the axes that broadcasting added or stretched, giving ``shape``."""
+    if g.shape == shape:
+        return g
+    from .reduce import sum as _sum
+    lead = len(g.shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
+    r = _sum(g, axes, keepdims=True) if axes else g
+    return r.reshape(shape)
+
+
+def _bcast(t, shape):
+    from .reduce import broadcast_to
+    return t if t.shape == shape else broadcast_to(t, shape)
+
+
+def _binary_forward(op, out_dtype=None):
+    def forward(x, y):
+        shape = broadcast_shapes(op, x.shape, y.shape)
+        od = out_dtype or x.dtype
+        n = math.prod(shape)
+        out = backend.empty(n, od)
+        if n:
+            E.binary(op, x._buf, y._buf, out, x.shape, y.shape, shape, x.dtype, od)
+        return out, shape, od
+    return forward
+
+
+def _binary(op, vjp, jvp):
+    prim = Primitive(op, _binary_forward(op))
+    prim.def_vjp(lambda g, x, y, out: tuple(None if r is None else sum_to(r, s.shape)
+                                           for r, s in zip(vjp(g, x, y, out), (x, y))))
+    prim.def_jvp(jvp)
+
+    def fn(x, y):
+        x, y = operands(op, x, y)
+        return prim(x, y)
+    fn.__name__ = op
+    fn.primitive = prim
+    return fn
+
+
+def _lin(tx, ty, out, fx, fy):
+    """Tangent sum fx(tx) + fy(ty), broadcast to out's shape; None terms are zero."""
+    r = None
+    if tx is not None:
+        r = fx(tx)
+    if ty is not None:
+        r = fy(ty) if r is None else r + fy(ty)
+    return None if r is None else _bcast(r, out.shape)
+
+
+add = _binary("add", lambda g, x, y, out: (g, g),
+              lambda ts, x, y, out: _lin(*ts, out, lambda t: t, lambda t: t))
+sub = _binary("sub", lambda g, x, y, out: (g, -g if needs(1) else None),
+              lambda ts, x, y, out: _lin(*ts, out, lambda t: t, lambda t: -t))
+mul = _binary("mul", lambda g, x, y, out: (g * y if needs(0) else None, g * x if needs(1) else None),
+              lambda ts, x, y, out: _lin(*ts, out, lambda t: t * y, lambda t: x * t))
+div = _binary("div", lambda g, x, y, out: (g / y if needs(0) else None, -(g * out) / y if needs(1) else None),
+              lambda ts, x, y, out: _lin(*ts, out, lambda t: t / y, lambda t: -(out * t) / y))
+
+
+def _pow_dx(x, y):
+    return y * pow(x, y - 1.0)
+
+
+def _pow_dy(x, out):
+    safe = where(x > 0, x, 1.0)
+    return where(x > 0, out * log(safe), 0.0)
+
+
+_pow_b = _binary("pow", lambda g, x, y, out: (g * _pow_dx(x, y) if needs(0) else None,
+                                             g * _pow_dy(x, out) if needs(1) else None),
+                 lambda ts, x, y, out: _lin(*ts, out, lambda t: t * _pow_dx(x, y), lambda t: t * _pow_dy(x, out)))
+
+
+def pow(x, y):
+    """x ** y elementwise; ``x ** 2`` and ``x ** 0.5`` use square and sqrt."""
+    if isinstance(y, (int, float)) and not isinstance(y, bool) and isinstance(x, Tensor) and x.dtype != "int32":
+        if y == 2:
+            return square(x)
+        if y == 1:
+            return x
+        if y == 0.5:
+            return sqrt(x)
+        if y == -1:
+            return reciprocal(x)
+    return _pow_b(x, y)
+
+
+maximum = _binary("maximum", lambda g, x, y, out: (g * _w(x > y, x == y, g), g * _w(y > x, x == y, g)),
+                  lambda ts, x, y, out: _lin(*ts, out, lambda t: t * _w(x > y, x == y, t),
+                                             lambda t: t * _w(y > x, x == y, t)))
+minimum = _binary("minimum", lambda g, x, y, out: (g * _w(x < y, x == y, g), g * _w(y < x, x == y, g)),
+                  lambda ts, x, y, out: _lin(*ts, out, lambda t: t * _w(x < y, x == y, t),
+                                             lambda t: t * _w(y < x, x == y, t)))
+
+
+def _w(win, tie, like):
+    """Weight 1 where ``win``, 0.5 on ties, else 0, in ``like``'s dtype."""
+    from ..tensor import scalar
+    return _where(win, scalar(1.0, like.dtype), _where(tie, scalar(0.5, like.dtype), scalar(0.0, like.dtype)))
+
+
+def clip(x, lo=None, hi=None):
+    """Clamp ``x`` to [lo, hi] (either may be None)."""
+    if lo is not None:
+        x = maximum(x, lo)
+    if hi is not None:
+        x = minimum(x, hi)
+    return x
+
+
+# --- comparisons, where ------------------------------------------------------------------
+def _compare(op):
+    prim = Primitive(op, _binary_forward(op, "bool"), order=0)
+
+    def fn(x, y):
+        x, y = operands(op, x, y)
+        if x.dtype == "bool":
+            x, y = x.astype("int32"), y.astype("int32")
+        return prim(x, y)
+    fn.__name__ = op
+    return fn
+
+
+less, less_equal = _compare("lt"), _compare("le")
+greater, greater_equal = _compare("gt"), _compare("ge")
+equal, not_equal = _compare("eq"), _compare("ne")
+
+
+def _where_forward(c, x, y):
+    shape = broadcast_shapes("where", c.shape, x.shape, y.shape)
+    n = math.prod(shape)
+    out = backend.empty(n, x.dtype)
+    if n:
+        E.where(c._buf, x._buf, y._buf, out, c.shape, x.shape, y.shape, shape, x.dtype)
+    return out, shape, x.dtype
+
+
+_where = Primitive("where", _where_forward)
+
+
+@_where.def_vjp
+def _where_vjp(g, c, x, y, out):
+    z = _zero_like(g)
+    return (None, sum_to(_where(c, g, z), x.shape) if needs(1) else None,
+            sum_to(_where(c, z, g), y.shape) if needs(2) else None)
+
+
+def _zero_like(g):
+    from ..tensor import scalar
+    return scalar(0.0, g.dtype)
+
+
+@_where.def_jvp
+def _where_jvp(ts, c, x, y, out):
+    tx = ts[1] if ts[1] is not None else _zero_like(out)
+    ty = ts[2] if ts[2] is not None else _zero_like(out)
+    return _bcast(_where(c, tx, ty), out.shape)
+
+
+def where(cond, x, y):
+    """``x`` where ``cond`` is true, else ``y``, with numpy broadcasting over all three."""
+    cond = as_tensor(cond)
+    if cond.dtype != "bool":
+        cond = not_equal(cond, 0)
+    if not isinstance(x, Tensor) and not isinstance(y, Tensor):
+        from ...runtime import default_dtype
+        x = as_tensor(x, default_dtype())
+    x, y = operands("where", x, y)
+    return _where(cond, x, y)
+
+
+# --- casts -------------------------------------------------------------------------------
+def _astype_forward(x, dtype):
+    out = backend.empty(x.size, dtype)
+    if x.size:
+        E.cast(x._buf, out, x.size, x.dtype, dtype)
+    return out, x.shape, dtype
+
+
+_astype = Primitive("astype", _astype_forward)
+_astype.def_vjp(lambda g, x, out, dtype: (g.astype(x.dtype) if x.dtype in ("float32", "float64") else None,))
+_astype.def_jvp(lambda ts, x, out, dtype: ts[0].astype(dtype) if dtype in ("float32", "float64") else None)
+
+
+def astype(x, dtype):
+    """``x`` converted to ``dtype`` ("float32" | "float64" | "int32" | "bool")."""
+    dt = canonical_dtype(dtype)
+    x = as_tensor(x)
+    if dt == x.dtype:
+        return x
+    if dt == "bool":
+        return not_equal(x, 0)
+    return _astype(x, dtype=dt)

@@ -1,0 +1,119 @@
+"""matmul: one primitive C = op(A) @ op(B) over equal batch dims, with transposes as flags so
+that its VJP rules need no transpose copies."""
+from __future__ import annotations
+
+import math
+
+from ... import backend
+from ...kernels import linalg as L
+from ..backward import needs
+from ..primitive import Primitive
+from ..tensor import as_tensor
+from ._util import check_float, operands
+from .reduce import broadcast_to, reshape
+
+_blas = {"enabled": None}
+
+
+def use_blas(flag=None):
+    """Route CPU GEMMs to numpy's BLAS (default on CPU) or to sciml's Taichi GEMM kernel.
+    Returns the previous setting."""
+    prev = _blas["enabled"]
+    _blas["enabled"] = flag
+    return prev
+
+
+def _dims(a, b, ta, tb):
+    m, k = (a.shape[-1], a.shape[-2]) if ta else (a.shape[-2], a.shape[-1])
+    k2, n = (b.shape[-1], b.shape[-2]) if tb else (b.shape[-2], b.shape[-1])
+    return m, k, k2, n
+
+
+def _mm_forward(a, b, ta, tb):
+    m, k, _, n = _dims(a, b, ta, tb)
+    batch = a.shape[:-2]
+    nb = math.prod(batch)
+    out = backend.empty(nb * m * n, a.dtype)
+    if nb * m * n:
+        if k == 0:
+            from ...kernels.elementwise import fill
+            fill(out, 0.0, nb * m * n, a.dtype)
+        else:
+            L.matmul(a._buf, b._buf, out, nb, m, n, k, ta, tb, a.dtype, _blas["enabled"])
+    return out, batch + (m, n), a.dtype
+
+
+_mm = Primitive("matmul", _mm_forward)
+
+
+@_mm.def_vjp
+def _mm_vjp(g, a, b, out, ta, tb):
+    ga = gb = None
+    if needs(0):
+        ga = _mm(b, g, ta=tb, tb=True) if ta else _mm(g, b, ta=False, tb=not tb)
+    if needs(1):
+        gb = _mm(g, a, ta=True, tb=ta) if tb else _mm(a, g, ta=not ta, tb=False)
+    return ga, gb
+
+
+@_mm.def_jvp
+def _mm_jvp(ts, a, b, out, ta, tb):
+    r = None
+    if ts[0] is not None:
+        r = _mm(ts[0], b, ta=ta, tb=tb)
+    if ts[1] is not None:
+        t = _mm(a, ts[1], ta=ta, tb=tb)
+        r = t if r is None else r + t
+    return r
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False):
+    """Matrix product with numpy's semantics (1-D vectors, batch broadcasting).
+
+    Args:
+        a: (..., m, k) Tensor (or (..., k, m) with ``transpose_a``).
+        b: (..., k, n) Tensor (or (..., n, k) with ``transpose_b``).
+    Returns:
+        (..., m, n) Tensor.
+    """
+    a, b = operands("matmul", a, b)
+    check_float("matmul", a, b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: operands must have at least 1 dimension, got shapes {a.shape} and {b.shape}; "
+                         "use * for scalars.")
+    va, vb = a.ndim == 1, b.ndim == 1
+    if va:
+        a = reshape(a, (1, a.shape[0]))
+    if vb:
+        b = reshape(b, (b.shape[0], 1))
+    m, k, k2, n = _dims(a, b, transpose_a, transpose_b)
+    if k != k2:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align "
+                         f"(inner dimensions {k} != {k2}).")
+    ba, bb = a.shape[:-2], b.shape[:-2]
+    if ba != bb:
+        if not bb and not transpose_a:  # (..., m, k) @ (k, n): one flat 2-D GEMM
+            r = _mm(reshape(a, (-1, k)), b, ta=False, tb=transpose_b)
+            r = reshape(r, ba + (m, n))
+            return _squeeze_vec(r, va, vb)
+        from ._util import broadcast_shapes
+        batch = broadcast_shapes("matmul (batch dimensions)", ba, bb)
+        a = broadcast_to(a, batch + a.shape[-2:])
+        b = broadcast_to(b, batch + b.shape[-2:])
+    return _squeeze_vec(_mm(a, b, ta=transpose_a, tb=transpose_b), va, vb)
+
+
+def _squeeze_vec(r, va, vb):
+    if va and vb:
+        return reshape(r, r.shape[:-2])
+    if va:
+        return reshape(r, r.shape[:-2] + r.shape[-1:])
+    if vb:
+        return reshape(r, r.shape[:-1])
+    return r
+
+
+def dot(a, b):
+    """Inner product of two 1-D tensors (or sum of x*y over the last axis)."""
+    a, b = as_tensor(a), as_tensor(b)
+    return (a * b).sum(axis=-1)

@@ -1,0 +1,176 @@
+"""Reductions (sum, mean, max, min), broadcast_to and reshape: linear ops with linear rules."""
+from __future__ import annotations
+
+import math
+import numbers
+
+from ... import backend
+from ...kernels import index as K
+from ...kernels import reduce as R
+from ..primitive import Primitive
+from ..tensor import Tensor, as_tensor
+from ._util import broadcast_shapes, check_float, norm_axis
+
+
+# --- reshape (zero-copy: tensors are immutable, so the buffer is shared) --------------------
+def _reshape_forward(x, shape):
+    return x._buf, shape, x.dtype
+
+
+_reshape = Primitive("reshape", _reshape_forward)
+_reshape.def_vjp(lambda g, x, out, shape: (_reshape(g, shape=x.shape),))
+_reshape.def_jvp(lambda ts, x, out, shape: _reshape(ts[0], shape=shape))
+
+
+def reshape(x, shape):
+    """``x`` with a new shape of the same size (one entry may be -1)."""
+    x = as_tensor(x)
+    if isinstance(shape, numbers.Integral):
+        shape = (shape,)
+    shape = tuple(int(s) for s in shape)
+    if shape.count(-1) > 1:
+        raise ValueError(f"reshape: got shape {shape}; at most one -1 allowed.")
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        if known == 0 or x.size % known:
+            raise ValueError(f"reshape: cannot reshape {x.shape} ({x.size} elements) into {shape}.")
+        shape = tuple(x.size // known if s == -1 else s for s in shape)
+    if math.prod(shape) != x.size:
+        raise ValueError(f"reshape: cannot reshape {x.shape} ({x.size} elements) into {shape}.")
+    if shape == x.shape:
+        return x
+    return _reshape(x, shape=shape)
+
+
+# --- broadcast_to ------------------------------------------------------------------------
+def _broadcast_forward(x, shape):
+    n = math.prod(shape)
+    out = backend.empty(n, x.dtype)
+    if n:
+        r = len(shape)
+        xs = (1,) * (r - len(x.shape)) + x.shape
+        strides = K.contiguous_strides(xs)
+        strides = [0 if xs[d] == 1 and shape[d] != 1 else strides[d] for d in range(r)]
+        K.strided_gather(x._buf, out, n, K.view_meta(0, shape, strides), x.dtype)
+    return out, shape, x.dtype
+
+
+_broadcast = Primitive("broadcast_to", _broadcast_forward)
+
+
+@_broadcast.def_vjp
+def _broadcast_vjp(g, x, out, shape):
+    from .elementwise import sum_to
+    return (sum_to(g, x.shape),)
+
+
+_broadcast.def_jvp(lambda ts, x, out, shape: _broadcast(ts[0], shape=shape))
+
+
+def broadcast_to(x, shape):
+    """``x`` repeated along new or size-1 axes to ``shape`` (numpy rules)."""
+    x = as_tensor(x)
+    shape = tuple(int(s) for s in shape)
+    if len(shape) < x.ndim or broadcast_shapes("broadcast_to", x.shape, shape) != shape:
+        raise ValueError(f"broadcast_to: cannot broadcast shape {x.shape} to {shape}.")
+    if shape == x.shape:
+        return x
+    if math.prod(shape) == x.size:
+        return reshape(x, shape)
+    return _broadcast(x, shape=shape)
+
+
+# --- sum / max / min over one axis (keepdims) ---------------------------------------------
+def _reduce_forward(op):
+    def forward(x, axis):
+        shape = x.shape[:axis] + (1,) + x.shape[axis + 1:]
+        n = math.prod(shape)
+        out = backend.empty(n, x.dtype)
+        if n:
+            o, r, i = R.reduce_shape(x.shape, axis)
+            if r == 0:
+                raise ValueError(f"{op}: cannot reduce over axis {axis} of size 0.")
+            R.reduce(op, x._buf, out, o, r, i, x.dtype)
+        return out, shape, x.dtype
+    return forward
+
+
+_sum1 = Primitive("sum", _reduce_forward("sum"))
+_sum1.def_vjp(lambda g, x, out, axis: (_broadcast(g, shape=x.shape),))
+_sum1.def_jvp(lambda ts, x, out, axis: _sum1(ts[0], axis=axis))
+
+
+def _extremum_mask(x, out):
+    from .elementwise import equal
+    m = equal(x, out).astype(x.dtype)
+    return m
+
+
+def _ext_vjp(g, x, out, axis):
+    m = _extremum_mask(x, out)
+    cnt = _sum1(m, axis=axis)
+    return (_broadcast(g / cnt, shape=x.shape) * m,)
+
+
+def _ext_jvp(ts, x, out, axis):
+    m = _extremum_mask(x, out)
+    return _sum1(ts[0] * m, axis=axis) / _sum1(m, axis=axis)
+
+
+_max1 = Primitive("max", _reduce_forward("max"))
+_min1 = Primitive("min", _reduce_forward("min"))
+for _p in (_max1, _min1):
+    _p.def_vjp(_ext_vjp)
+    _p.def_jvp(_ext_jvp)
+
+
+def _reduce(name, prim, x, axis, keepdims):
+    x = as_tensor(x)
+    if x.dtype == "bool":
+        x = x.astype("int32")
+    axes = norm_axis(name, axis, x.ndim)
+    if x.ndim == 0:
+        return x
+    if axis is None and x.ndim > 1:
+        r = prim(reshape(x, (x.size,)), axis=0)
+        return reshape(r, (1,) * x.ndim if keepdims else ())
+    r = x
+    for a in reversed(axes):
+        r = prim(r, axis=a)
+    if not keepdims:
+        r = reshape(r, tuple(s for d, s in enumerate(x.shape) if d not in axes))
+    return r
+
+
+def sum(x, axis=None, keepdims=False):
+    """Sum over ``axis`` (an int, a tuple, or None for all)."""
+    return _reduce("sum", _sum1, x, axis, keepdims)
+
+
+def mean(x, axis=None, keepdims=False):
+    """Mean over ``axis`` (an int, a tuple, or None for all)."""
+    x = as_tensor(x)
+    check_float("mean", x)
+    axes = norm_axis("mean", axis, x.ndim)
+    count = math.prod(x.shape[a] for a in axes) if x.ndim else 1
+    return sum(x, axis, keepdims) * (1.0 / count)
+
+
+def max(x, axis=None, keepdims=False):
+    """Maximum over ``axis``; the gradient is shared equally between tied maxima."""
+    return _reduce("max", _max1, x, axis, keepdims)
+
+
+def min(x, axis=None, keepdims=False):
+    """Minimum over ``axis``; the gradient is shared equally between tied minima."""
+    return _reduce("min", _min1, x, axis, keepdims)
+
+
+def var(x, axis=None, keepdims=False):
+    """Population variance over ``axis``."""
+    m = mean(x, axis, keepdims=True)
+    return mean((x - m) * (x - m), axis, keepdims)
+
+
+def is_tensor(x) -> bool:
+    return isinstance(x, Tensor)

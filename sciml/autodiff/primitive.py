@@ -1,0 +1,176 @@
+"""Primitives and the tape.
+
+A :class:`Primitive` is defined once: a forward (Taichi kernels via ``sciml.kernels``), a
+VJP rule and optionally a JVP rule, both written in sciml ops so that they can be
+differentiated again. Applying a primitive records a :class:`Node` on the tape when any
+input takes part in reverse-mode differentiation, and pushes forward-mode tangents through
+its JVP rule for every active forward level.
+
+Forward levels: each ``jvp`` opens a new level; a tensor carries ``{level: tangent}``. The
+tangent at level L is computed from inputs stripped of levels >= L, so tangents of outer
+levels flow through inner rules (forward-over-forward and forward-over-reverse are exact).
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+_state = {"grad_enabled": True, "reverse_depth": 0, "create_graph": False}
+_level_counter = itertools.count(1)
+
+
+class Node:
+    """One entry of the tape: a primitive application (or a leaf when ``prim`` is None)."""
+    __slots__ = ("prim", "inputs", "params", "out_buf", "out_shape", "out_dtype", "out_tangents", "__weakref__")
+
+    def __init__(self, prim, inputs, params, out_buf, out_shape, out_dtype, out_tangents):
+        self.prim = prim
+        self.inputs = inputs
+        self.params = params
+        self.out_buf = out_buf
+        self.out_shape = out_shape
+        self.out_dtype = out_dtype
+        self.out_tangents = out_tangents
+
+    def output(self):
+        """The node's output as a Tensor that is still connected to the tape."""
+        from .tensor import Tensor
+        return Tensor._make(self.out_buf, self.out_shape, self.out_dtype, self, self.out_tangents)
+
+
+def leaf_node(t):
+    return Node(None, (), None, t._buf, t.shape, t.dtype, t._tangents)
+
+
+class Primitive:
+    """A differentiable operation.
+
+    Args:
+        name: op name, used in errors and reprs.
+        forward: ``forward(*inputs, **params) -> (buf, shape, dtype)``; runs the kernel(s).
+        order: highest derivative order supported (None = any). Primitives whose VJP is
+            Taichi's ``kernel.grad`` use ``order=1``.
+    """
+
+    def __init__(self, name, forward, order=None):
+        self.name = name
+        self.forward = forward
+        self.vjp = None
+        self.jvp = None
+        self.order = order
+
+    def def_vjp(self, rule):
+        """Register ``rule(g, *inputs, out=..., **params) -> tuple of cotangents`` (None = zero)."""
+        self.vjp = rule
+        return rule
+
+    def def_jvp(self, rule):
+        """Register ``rule(tangents, *inputs, out=..., **params) -> tangent of out``.
+        ``tangents`` holds a Tensor or None (zero) per input."""
+        self.jvp = rule
+        return rule
+
+    def __repr__(self):
+        return f"Primitive({self.name})"
+
+    def __call__(self, *inputs, **params):
+        return apply(self, inputs, params)
+
+
+def apply(prim, inputs, params):
+    """Run ``prim`` on Tensors ``inputs``, recording the tape and pushing tangents."""
+    from .tensor import Tensor
+    buf, shape, dtype = prim.forward(*inputs, **params)
+    if prim.order == 0:  # not differentiable (comparisons): a constant for every transform
+        return Tensor._make(buf, shape, dtype)
+    record = _state["grad_enabled"] and any(x._node is not None for x in inputs)
+    levels = None
+    for x in inputs:
+        if x._tangents:
+            levels = set(x._tangents) if levels is None else levels | set(x._tangents)
+    tangents = {} if levels else None
+    node = Node(prim, inputs, params, buf, shape, dtype, tangents) if record else None
+    if levels:
+        for lv in sorted(levels):  # out at level lv carries the tangents of the levels below it
+            out_lv = Tensor._make(buf, shape, dtype, node, dict(tangents) or None)
+            t = _jvp_at_level(prim, inputs, params, out_lv, lv)
+            if t is not None:
+                tangents[lv] = t
+        if not tangents:
+            tangents = None
+            if node is not None:
+                node.out_tangents = None
+    return Tensor._make(buf, shape, dtype, node, tangents)
+
+
+def _jvp_at_level(prim, inputs, params, out, lv):
+    ts = tuple(x._tangents.get(lv) if x._tangents else None for x in inputs)
+    if all(t is None for t in ts):
+        return None
+    stripped = tuple(x._strip(lv) for x in inputs)
+    if prim.jvp is not None:
+        return prim.jvp(ts, *stripped, out=out, **params)
+    return _jvp_by_double_vjp(prim, stripped, ts, params, out)
+
+
+def _jvp_by_double_vjp(prim, inputs, ts, params, out):
+    """J t = (d/du <vjp(u), t>) : the VJP rule is linear in its cotangent u."""
+    from . import backward as B
+    from .tensor import zeros
+    u = zeros(out.shape, out.dtype)
+    u._node = leaf_node(u)
+    with enable_grad():
+        cots = prim.vjp(u, *inputs, out=out, **params)
+        total = None
+        for c, t in zip(cots, ts):
+            if c is None or t is None:
+                continue
+            term = (c * t).sum()
+            total = term if total is None else total + term
+    if total is None:
+        return None
+    (res,) = B.backward_to([total], None, [u._node], create_graph=True)
+    return res
+
+
+@contextlib.contextmanager
+def no_grad():
+    """Within this block, operations are not recorded for reverse mode (forward tangents still flow)."""
+    prev = _state["grad_enabled"]
+    _state["grad_enabled"] = False
+    try:
+        yield
+    finally:
+        _state["grad_enabled"] = prev
+
+
+@contextlib.contextmanager
+def enable_grad():
+    prev = _state["grad_enabled"]
+    _state["grad_enabled"] = True
+    try:
+        yield
+    finally:
+        _state["grad_enabled"] = prev
+
+
+def is_grad_enabled() -> bool:
+    return _state["grad_enabled"]
+
+
+def new_level() -> int:
+    return next(_level_counter)
+
+
+@contextlib.contextmanager
+def reverse_scope():
+    """Marks a reverse transform in progress; nested ones record their backward pass."""
+    _state["reverse_depth"] += 1
+    try:
+        yield _state["reverse_depth"]
+    finally:
+        _state["reverse_depth"] -= 1
+
+
+def reverse_depth() -> int:
+    return _state["reverse_depth"]

@@ -1,0 +1,333 @@
+"""Tensor: a flat buffer, a shape and a dtype, plus its place on the tape.
+
+Tensors are immutable values (no in-place ops), as in JAX; ``x.grad`` and
+``requires_grad_()`` exist for users coming from PyTorch.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import backend, runtime
+from .primitive import leaf_node
+
+DTYPES = ("float32", "float64", "int32", "bool")
+_ALIASES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64", np.dtype(np.int32): "int32",
+            np.dtype(np.int64): "int32", np.dtype(np.bool_): "bool", "float": None, "f32": "float32",
+            "f64": "float64", "int": "int32", "int64": "int32", "float16": None}
+ops = None  # set by sciml.autodiff.ops (method implementations)
+
+
+def canonical_dtype(dtype) -> str:
+    """'float32' | 'float64' | 'int32' | 'bool' from a name, numpy dtype or None (default float)."""
+    if dtype is None:
+        return runtime.default_dtype()
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return dtype
+    try:
+        key = dtype if isinstance(dtype, str) and dtype in _ALIASES else np.dtype(dtype)
+    except TypeError:
+        key = None
+    if key in _ALIASES and _ALIASES[key] is not None:
+        return _ALIASES[key]
+    if key == "float":
+        return runtime.default_dtype()
+    raise TypeError(f"dtype: got {dtype!r}; expected one of {', '.join(DTYPES)} (or the numpy equivalents).")
+
+
+class Tensor:
+    """An n-dimensional array whose operations run as Taichi kernels and can be differentiated.
+
+    Make one with :func:`sciml.tensor`; read it back with ``.numpy()``, ``.item()`` or ``float(t)``.
+    """
+    __slots__ = ("_buf", "shape", "dtype", "_node", "_tangents", "grad", "__weakref__")
+    __array_priority__ = 100  # so that numpy_array * tensor calls Tensor.__rmul__
+
+    @classmethod
+    def _make(cls, buf, shape, dtype, node=None, tangents=None):
+        t = object.__new__(cls)
+        t._buf, t.shape, t.dtype, t._node, t._tangents, t.grad = buf, shape, dtype, node, tangents, None
+        return t
+
+    def __init__(self, data, dtype=None):
+        src = tensor(data, dtype)
+        self._buf, self.shape, self.dtype = src._buf, src.shape, src.dtype
+        self._node, self._tangents, self.grad = None, None, None
+
+    # --- basic properties ---------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d Tensor")
+        return self.shape[0]
+
+    def numpy(self) -> np.ndarray:
+        """The values as a new numpy array (a copy: later changes to either do not affect the other)."""
+        return np.array(backend.to_numpy(self._buf, self.shape, self.dtype))
+
+    def item(self):
+        if self.size != 1:
+            raise ValueError(f"item() needs a Tensor with one element, got shape {self.shape}.")
+        return backend.to_numpy(self._buf, (1,), self.dtype)[0].item()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        return bool(self.item())
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def __repr__(self):
+        body = np.array2string(self.numpy(), separator=", ", precision=6, threshold=20, prefix="Tensor(")
+        extra = "" if self.dtype == runtime.default_dtype() else f", dtype={self.dtype}"
+        if self._node is not None:
+            extra += ", requires_grad=True"
+        return f"Tensor({body}{extra})"
+
+    # --- autodiff state -----------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        return self._node is not None
+
+    def requires_grad_(self, flag: bool = True) -> "Tensor":
+        """Mark this tensor as a leaf whose ``.grad`` ``backward()`` fills (PyTorch style)."""
+        if flag and self._node is None:
+            self._node = leaf_node(self)
+            _register_owner(self)
+        elif not flag:
+            self._node = None
+        return self
+
+    def detach(self) -> "Tensor":
+        """The same values, cut from the tape and from every forward level."""
+        return Tensor._make(self._buf, self.shape, self.dtype)
+
+    def _strip(self, level) -> "Tensor":
+        if not self._tangents:
+            return self
+        keep = {k: v for k, v in self._tangents.items() if k < level}
+        return Tensor._make(self._buf, self.shape, self.dtype, self._node, keep or None)
+
+    def backward(self, gradient=None, create_graph: bool = False):
+        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf with ``requires_grad``."""
+        from .backward import _toposort, backward_to
+        if gradient is None and self.size != 1:
+            raise ValueError(f"backward() on a Tensor of shape {self.shape} needs `gradient` of that shape; "
+                             "reduce it first (.sum(), .mean()) for a scalar loss.")
+        if self._node is None:
+            raise RuntimeError("backward(): this Tensor does not depend on any tensor with requires_grad=True.")
+        leaves = [n for n in _toposort([self._node]) if n.prim is None]
+        seed = None if gradient is None else as_tensor(gradient, self.dtype)
+        grads = backward_to([self], [seed], leaves, create_graph=create_graph)
+        for n, g in zip(leaves, grads):
+            if g is None:
+                continue
+            owner = _LEAF_OWNERS.get(id(n))
+            if owner is None:
+                continue
+            owner.grad = g if owner.grad is None else owner.grad + g
+
+    def astype(self, dtype) -> "Tensor":
+        return ops.astype(self, dtype)
+
+    # --- operators (implemented in sciml.autodiff.ops) ------------------------------------
+    def __add__(self, o): return ops.add(self, o)
+    def __radd__(self, o): return ops.add(o, self)
+    def __sub__(self, o): return ops.sub(self, o)
+    def __rsub__(self, o): return ops.sub(o, self)
+    def __mul__(self, o): return ops.mul(self, o)
+    def __rmul__(self, o): return ops.mul(o, self)
+    def __truediv__(self, o): return ops.div(self, o)
+    def __rtruediv__(self, o): return ops.div(o, self)
+    def __pow__(self, o): return ops.pow(self, o)
+    def __rpow__(self, o): return ops.pow(o, self)
+    def __matmul__(self, o): return ops.matmul(self, o)
+    def __rmatmul__(self, o): return ops.matmul(o, self)
+    def __neg__(self): return ops.neg(self)
+    def __pos__(self): return self
+    def __abs__(self): return ops.abs(self)
+    def __lt__(self, o): return ops.less(self, o)
+    def __le__(self, o): return ops.less_equal(self, o)
+    def __gt__(self, o): return ops.greater(self, o)
+    def __ge__(self, o): return ops.greater_equal(self, o)
+    def __eq__(self, o): return ops.equal(self, o)
+    def __ne__(self, o): return ops.not_equal(self, o)
+    __hash__ = object.__hash__
+    def __getitem__(self, idx): return ops.getitem(self, idx)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    @property
+    def T(self): return ops.transpose(self)
+    def transpose(self, *axes): return ops.transpose(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else (axes or None))
+    def reshape(self, *shape): return ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+    def flatten(self): return ops.reshape(self, (-1,))
+    def squeeze(self, axis=None): return ops.squeeze(self, axis)
+    def unsqueeze(self, axis): return ops.unsqueeze(self, axis)
+    def broadcast_to(self, shape): return ops.broadcast_to(self, shape)
+    def sum(self, axis=None, keepdims=False): return ops.sum(self, axis, keepdims)
+    def mean(self, axis=None, keepdims=False): return ops.mean(self, axis, keepdims)
+    def max(self, axis=None, keepdims=False): return ops.max(self, axis, keepdims)
+    def min(self, axis=None, keepdims=False): return ops.min(self, axis, keepdims)
+    def exp(self): return ops.exp(self)
+    def log(self): return ops.log(self)
+    def sin(self): return ops.sin(self)
+    def cos(self): return ops.cos(self)
+    def tanh(self): return ops.tanh(self)
+    def sqrt(self): return ops.sqrt(self)
+    def abs(self): return ops.abs(self)
+    def square(self): return ops.square(self)
+    def clip(self, lo=None, hi=None): return ops.clip(self, lo, hi)
+
+
+_LEAF_OWNERS: dict = {}  # id(leaf node) -> Tensor, for .backward() into .grad (weak via finalizer)
+
+
+def _register_owner(t: Tensor):
+    import weakref
+    key = id(t._node)
+    _LEAF_OWNERS[key] = t
+    weakref.finalize(t._node, _LEAF_OWNERS.pop, key, None)
+
+
+# --- construction -------------------------------------------------------------------------
+def tensor(data, dtype=None) -> Tensor:
+    """A Tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays or a Tensor).
+
+    Args:
+        data: array-like of any shape.
+        dtype: "float32" | "float64" | "int32" | "bool"; default: float data -> the default float
+            dtype (``sciml.init``), integer data -> int32, bool -> bool.
+    Example:
+        >>> sm.tensor([[1.0, 2.0], [3.0, 4.0]]).shape
+        (2, 2)
+    """
+    if isinstance(data, Tensor):
+        return data if dtype is None or canonical_dtype(dtype) == data.dtype else data.astype(dtype)
+    a = np.asarray(data)
+    if dtype is None:
+        if a.dtype == np.bool_:
+            dt = "bool"
+        elif np.issubdtype(a.dtype, np.integer):
+            dt = "int32"
+        elif np.issubdtype(a.dtype, np.floating):
+            dt = runtime.default_dtype()  # as in JAX: float data takes the default float dtype
+        else:
+            raise TypeError(f"sciml.tensor(data): got numpy dtype {a.dtype}; expected numbers (float, int or bool).")
+    else:
+        dt = canonical_dtype(dtype)
+    if dt in ("float32", "float64") and a.dtype.kind not in "fiub":
+        raise TypeError(f"sciml.tensor(data): got numpy dtype {a.dtype}; expected numbers.")
+    if dt == "int32" and a.size and np.issubdtype(a.dtype, np.integer) and (a.max() > 2**31 - 1 or a.min() < -2**31):
+        raise ValueError("sciml.tensor(data): integer values do not fit in int32.")
+    return Tensor._make(backend.from_numpy(a, dt), tuple(int(s) for s in a.shape), dt)
+
+
+def as_tensor(x, dtype=None) -> Tensor:
+    """``x`` if it already is a Tensor, else ``tensor(x, dtype)``."""
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, numbers.Number) and dtype is not None:
+        return scalar(x, dtype)
+    return tensor(x, dtype)
+
+
+_scalars: dict = {}
+
+
+def scalar(v, dtype: str) -> Tensor:
+    """A cached 0-d constant (Python numbers inside expressions)."""
+    key = (float(v), dtype)
+    t = _scalars.get(key)
+    if t is None:
+        if len(_scalars) > 2048:
+            _scalars.clear()
+        t = _scalars[key] = tensor(np.asarray(v), dtype)
+    return t
+
+
+def _shape_arg(shape):
+    if isinstance(shape, numbers.Integral):
+        return (int(shape),)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"shape: got {shape!r}; expected an int or a tuple of ints.") from None
+    if any(s < 0 for s in shape):
+        raise ValueError(f"shape: got {shape}; sizes must be >= 0.")
+    return shape
+
+
+def full(shape, value, dtype=None) -> Tensor:
+    from ..kernels import elementwise as E
+    shape, dt = _shape_arg(shape), canonical_dtype(dtype)
+    n = math.prod(shape)
+    buf = backend.empty(n, dt)
+    if n:
+        E.fill(buf, value, n, dt)
+    return Tensor._make(buf, shape, dt)
+
+
+def zeros(shape, dtype=None) -> Tensor:
+    shape, dt = _shape_arg(shape), canonical_dtype(dtype)
+    return Tensor._make(backend.zeros(math.prod(shape), dt), shape, dt)
+
+
+def ones(shape, dtype=None) -> Tensor:
+    return full(shape, 1.0, dtype)
+
+
+def zeros_like(x: Tensor, dtype=None) -> Tensor:
+    return zeros(x.shape, dtype or x.dtype)
+
+
+def ones_like(x: Tensor, dtype=None) -> Tensor:
+    return ones(x.shape, dtype or x.dtype)
+
+
+def arange(start, stop=None, step=1, dtype=None) -> Tensor:
+    """Like numpy.arange: int32 for integer arguments, the default float dtype otherwise."""
+    a = np.arange(start, stop, step) if stop is not None else np.arange(start)
+    return tensor(a, dtype)
+
+
+def linspace(start, stop, num=50, dtype=None) -> Tensor:
+    return tensor(np.linspace(start, stop, int(num)), dtype or runtime.default_dtype())
+
+
+def eye(n, m=None, dtype=None) -> Tensor:
+    return tensor(np.eye(n, m), dtype or runtime.default_dtype())
+
+
+def _gen(seed):
+    return runtime.default_rng() if seed is None else np.random.default_rng(seed)
+
+
+def rand(*shape, seed=None, dtype=None) -> Tensor:
+    """Uniform [0, 1) samples. Random numbers come from numpy's PCG64 stream (seeded), so a seed
+    gives the same values on every arch."""
+    shape = _shape_arg(shape[0] if len(shape) == 1 and not isinstance(shape[0], numbers.Integral) else shape)
+    return tensor(_gen(seed).random(shape), dtype or runtime.default_dtype())
+
+
+def randn(*shape, seed=None, dtype=None) -> Tensor:
+    """Standard normal samples (see :func:`rand` for seeding)."""
+    shape = _shape_arg(shape[0] if len(shape) == 1 and not isinstance(shape[0], numbers.Integral) else shape)
+    return tensor(_gen(seed).standard_normal(shape), dtype or runtime.default_dtype())

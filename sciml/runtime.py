@@ -1,0 +1,144 @@
+"""The one place that calls ``ti.init``: arch, default float dtype and seeding.
+
+sciml initialises Taichi lazily on first use with defaults from the environment
+(``SCIML_ARCH`` = cpu | vulkan | cuda | auto, ``SCIML_DTYPE`` = float32 | float64), or
+explicitly through :func:`init`. Taichi can be initialised once per process: calling
+``init`` again with different settings after tensors exist is an error.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import threading
+
+import numpy as np
+
+ARCHS = ("cpu", "vulkan", "cuda", "auto")
+DTYPES = ("float32", "float64")
+
+_lock = threading.Lock()
+_state = {"arch": None, "dtype": None, "seed": None, "ti": None}
+
+
+class ArchUnavailableError(RuntimeError):
+    """Raised when the requested Taichi arch cannot be started on this machine."""
+
+
+def _check(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"sciml.init({name}=...): got {value!r}; expected one of {', '.join(map(repr, allowed))}.")
+
+
+def init(arch: str | None = None, dtype: str | None = None, seed: int | None = None, **taichi_kwargs):
+    """Start the Taichi runtime.
+
+    Args:
+        arch: "cpu", "vulkan", "cuda" or "auto" (cuda, then vulkan, then cpu). Default: env
+            ``SCIML_ARCH`` or "cpu".
+        dtype: default float dtype, "float32" or "float64". Default: env ``SCIML_DTYPE`` or "float32".
+        seed: seed for sciml's default random stream (``sciml.rand``/``randn`` without a seed).
+        **taichi_kwargs: passed to ``ti.init`` (e.g. ``debug=True``).
+
+    Returns:
+        The arch actually in use, as a string.
+
+    Example:
+        >>> import sciml as sm
+        >>> sm.init(arch="cpu", dtype="float64", seed=0)
+        'cpu'
+    """
+    arch = arch or os.environ.get("SCIML_ARCH", "cpu")
+    dtype = dtype or os.environ.get("SCIML_DTYPE", "float32")
+    _check("arch", arch, ARCHS)
+    _check("dtype", dtype, DTYPES)
+    with _lock:
+        if _state["arch"] is not None:
+            if (arch not in ("auto", _state["arch"])) or dtype != _state["dtype"]:
+                raise RuntimeError(
+                    f"sciml is already running on arch={_state['arch']!r}, dtype={_state['dtype']!r}; "
+                    f"got init(arch={arch!r}, dtype={dtype!r}). Taichi starts once per process: "
+                    "call sciml.init(...) before any tensor is made, or start a new process.")
+            if seed is not None:
+                manual_seed(seed)
+            return _state["arch"]
+        os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")  # importing sciml prints nothing
+        import taichi as ti
+
+        kw = dict(default_fp=ti.f64 if dtype == "float64" else ti.f32, default_ip=ti.i32,
+                  log_level=ti.WARN, offline_cache=True)
+        kw.update(taichi_kwargs)
+        candidates = ["cuda", "vulkan", "cpu"] if arch == "auto" else [arch]
+        used = None
+        for cand in candidates:
+            ti_arch = {"cpu": ti.cpu, "vulkan": ti.vulkan, "cuda": ti.cuda}[cand]
+            with contextlib.redirect_stdout(io.StringIO()):  # Taichi prints "Starting on arch=..."
+                ti.init(arch=ti_arch, **kw)
+            actual = ti.lang.impl.current_cfg().arch
+            if actual == ti_arch:
+                used = cand
+                break
+            ti.reset()
+        if used is None:
+            raise ArchUnavailableError(
+                f"sciml.init(arch={arch!r}): Taichi could not start this backend here and fell back to "
+                f"another one. For vulkan install a Vulkan driver (Debian: apt-get install "
+                f"mesa-vulkan-drivers); for cuda an NVIDIA GPU and driver are needed. Use arch='cpu' or 'auto'.")
+        if used == "vulkan" and dtype == "float64":
+            ti.reset()
+            raise ArchUnavailableError(
+                "sciml.init(arch='vulkan', dtype='float64'): float64 is not supported by sciml on Vulkan "
+                "(many Vulkan devices lack shaderFloat64). Use dtype='float32' or arch='cpu'.")
+        _state.update(arch=used, dtype=dtype, ti=ti)
+    manual_seed(seed)
+    return used
+
+
+def ensure_init():
+    """Initialise with defaults if nobody has yet; return the Taichi module."""
+    if _state["arch"] is None:
+        init()
+    return _state["ti"]
+
+
+def is_initialized() -> bool:
+    return _state["arch"] is not None
+
+
+def arch() -> str:
+    """The arch in use ("cpu", "vulkan" or "cuda"), initialising with defaults if needed."""
+    ensure_init()
+    return _state["arch"]
+
+
+def default_dtype() -> str:
+    """The default float dtype ("float32" or "float64")."""
+    ensure_init()
+    return _state["dtype"]
+
+
+# --- seeding -----------------------------------------------------------------------------
+_rng = {"gen": np.random.default_rng(0)}
+
+
+def manual_seed(seed: int | None):
+    """Reseed sciml's default random stream (used when ``rand``/``randn`` get no seed)."""
+    _state["seed"] = seed
+    _rng["gen"] = np.random.default_rng(seed)
+
+
+def default_rng() -> np.random.Generator:
+    return _rng["gen"]
+
+
+def num_threads() -> int:
+    """Threads Taichi's CPU backend uses (the CPU count unless ``cpu_max_num_threads`` was set)."""
+    ensure_init()
+    ti = _state["ti"]
+    try:
+        n = ti.lang.impl.current_cfg().cpu_max_num_threads
+        if n:
+            return int(n)
+    except Exception:  # pragma: no cover - older/newer Taichi
+        pass
+    return os.cpu_count() or 1

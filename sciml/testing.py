@@ -1,0 +1,74 @@
+"""Derivative checks against central finite differences (like ``jax.test_util.check_grads``).
+
+``check_grads(f, args, order=2)`` checks forward mode (JVP) and reverse mode (VJP) of ``f``
+along random directions in float64, then the same for the derivative functions themselves
+up to ``order``. ``f`` takes Tensors and returns one Tensor.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .autodiff.tensor import Tensor, tensor
+from .autodiff.transforms import jvp, vjp
+
+
+def _rand_like(rng, x: Tensor):
+    return tensor(rng.standard_normal(x.shape), x.dtype)
+
+
+def _axpy(a, xs, ys):
+    return tuple(tensor(x.numpy() + a * y.numpy(), x.dtype) for x, y in zip(xs, ys))
+
+
+def numerical_jvp(f, args, tangents, eps=1e-6):
+    """Central difference (f(x + eps t) - f(x - eps t)) / 2 eps, as numpy."""
+    hi = f(*_axpy(eps, args, tangents)).numpy()
+    lo = f(*_axpy(-eps, args, tangents)).numpy()
+    return (hi - lo) / (2 * eps)
+
+
+def _close(name, got, want, rtol, atol):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if got.shape != want.shape:
+        raise AssertionError(f"{name}: shape {got.shape} != expected {want.shape}")
+    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
+    err = float(np.max(np.abs(got - want))) if want.size else 0.0
+    if err > atol * scale + rtol * (float(np.max(np.abs(want))) if want.size else 0):
+        raise AssertionError(f"{name}: max abs error {err:.3e} (scale {scale:.3e}); got\n{got}\nexpected\n{want}")
+
+
+def check_jvp(f, args, rng, eps=1e-6, rtol=1e-5, atol=1e-6):
+    ts = tuple(_rand_like(rng, a) for a in args)
+    _, ty = jvp(f, args, ts)
+    _close("jvp vs finite differences", ty.numpy(), numerical_jvp(f, args, ts, eps), rtol, atol)
+
+
+def check_vjp(f, args, rng, eps=1e-6, rtol=1e-5, atol=1e-6):
+    y, pull = vjp(f, *args)
+    u = _rand_like(rng, y)
+    cts = pull(u)
+    ts = tuple(_rand_like(rng, a) for a in args)
+    lhs = sum(float((c.numpy() * t.numpy()).sum()) for c, t in zip(cts, ts))
+    rhs = float((u.numpy() * numerical_jvp(f, args, ts, eps)).sum())
+    _close("vjp vs finite differences (<u, J t>)", lhs, rhs, rtol, atol)
+
+
+def check_grads(f, args, order=1, modes=("fwd", "rev"), eps=1e-6, rtol=1e-5, atol=1e-6, seed=0):
+    """Check derivatives of ``f`` at ``args`` up to ``order`` in the given modes.
+
+    Raises AssertionError with the worst error if a check fails. Use float64 arguments.
+    """
+    args = tuple(args)
+    rng = np.random.default_rng(seed)
+    if "fwd" in modes:
+        check_jvp(f, args, rng, eps, rtol, atol)
+    if "rev" in modes:
+        check_vjp(f, args, rng, eps, rtol, atol)
+    if order > 1:
+        if "fwd" in modes:
+            ts = tuple(_rand_like(rng, a) for a in args)
+            check_grads(lambda *a: jvp(f, a, ts)[1], args, order - 1, modes, eps, rtol, atol, seed + 1)
+        if "rev" in modes:
+            u = _rand_like(rng, f(*args))
+            for k in range(len(args)):
+                check_grads(lambda *a, k=k: vjp(f, *a)[1](u)[k], args, order - 1, modes, eps, rtol, atol, seed + 2)
