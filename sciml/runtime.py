@@ -67,6 +67,8 @@ def init(arch: str | None = None, dtype: str | None = None, seed: int | None = N
 
         kw = dict(default_fp=ti.f64 if dtype == "float64" else ti.f32, default_ip=ti.i32,
                   log_level=ti.WARN, offline_cache=True)
+        if os.environ.get("SCIML_CACHE_DIR"):  # e.g. a fresh dir to measure cold-cache compile times
+            kw["offline_cache_file_path"] = os.environ["SCIML_CACHE_DIR"]
         kw.update(taichi_kwargs)
         candidates = ["cuda", "vulkan", "cpu"] if arch == "auto" else [arch]
         used = None

@@ -1,0 +1,3 @@
+import sciml
+
+sciml.init(arch="cpu", dtype="float64", seed=0)
