@@ -341,11 +341,11 @@ class Polygon(Geometry):
             raise ValueError(f"Polygon: need at least 3 distinct vertices, got {len(v)}.")
         if np.any(np.all(v == np.roll(v, -1, axis=0), axis=1)):
             raise ValueError("Polygon: consecutive vertices must differ (found a repeat).")
+        self._check_simple(v)
         area = 0.5 * np.sum(v[:, 0] * np.roll(v[:, 1], -1) - np.roll(v[:, 0], -1) * v[:, 1])
         if abs(area) <= 1e-14 * np.ptp(v, axis=0).prod():
             raise ValueError("Polygon: the vertices enclose zero area (collinear?).")
         self.vertices = v if area > 0 else v[::-1].copy()    # counter-clockwise
-        self._check_simple()
         self.dim, self.names = 2, check_names(names, 2, "Polygon")
         a = self.vertices
         self._a, self._e = a, np.roll(a, -1, axis=0) - a
@@ -354,12 +354,13 @@ class Polygon(Geometry):
         self._area = abs(area)
         self._boundary_dims = 1
 
-    def _check_simple(self):
-        m = len(self.vertices)
+    @staticmethod
+    def _check_simple(v):
+        m = len(v)
         i, j = np.triu_indices(m, k=2)
         keep = ~((i == 0) & (j == m - 1))                 # first and last edge are adjacent
         i, j = i[keep], j[keep]
-        a, b = self.vertices, np.roll(self.vertices, -1, axis=0)
+        a, b = v, np.roll(v, -1, axis=0)
         bad = _segments_cross(a[i], b[i], a[j], b[j])
         if bad.any():
             k = np.argmax(bad)

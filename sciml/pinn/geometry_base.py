@@ -236,12 +236,14 @@ class Geometry:
         Returns:
             Array of shape ``(n, dim)``.
         Example:
+            >>> from sciml.pinn.geometry import Disk
             >>> Disk((0, 0), 1).sample_interior(100, rng=0, method="sobol").shape
             (100, 2)
         """
         n, method = sampling.check_count(n), sampling.check_method(method)
         if method == "grid":
             return self._grid_interior(n)
+        rng = sampling.as_rng(rng, f"{self!r}.sample_interior")
         if self._interior_dims is not None:
             return self._map_interior(sampling.sample(method, n, self._interior_dims, rng))
         return self._rejection(n, rng, method)
@@ -258,6 +260,8 @@ class Geometry:
             Array of shape ``(n, dim)``.
         """
         n, method = sampling.check_count(n), sampling.check_method(method)
+        if method != "grid":
+            rng = sampling.as_rng(rng, f"{self!r}.sample_boundary")
         if part is not None and part != "boundary":
             return self._sample_part(n, rng, method, part)
         if method == "grid":
@@ -271,7 +275,10 @@ class Geometry:
 
     def _grid_interior(self, n):
         lo, hi = self.bbox
-        scale = np.prod(hi - lo) / max(self.measure, 1e-300)
+        if not self.measure > 0:
+            raise ValueError(f"{self!r}: method='grid' found no points inside; is the domain "
+                             "empty or of zero measure?")
+        scale = np.prod(hi - lo) / self.measure
         u = sampling.grid(int(np.ceil(n * scale)), self.dim, extents=hi - lo)
         x = lo + u * (hi - lo)
         return x[self._sdf(x) <= self.tol]
@@ -342,6 +349,9 @@ class Geometry:
         from .geometry_ops import SpaceTime
         if isinstance(other, TimeInterval):
             return SpaceTime(self, other)
+        if isinstance(self, TimeInterval) and isinstance(other, Geometry):
+            raise TypeError(f"{self!r} * {other!r}: write the space first, "
+                            f"{other!r} * {self!r}.")
         if isinstance(other, Geometry):
             raise TypeError(f"{self!r} * {other!r}: a geometry can only be multiplied by a "
                             "TimeInterval (space x time); for a box use Rectangle or Box.")

@@ -248,10 +248,10 @@ class SpaceTime(Geometry):
         """Joint unit-cube sample when the space has a map (keeps stratification in all
         coordinates), else space and time sampled separately and paired at random."""
         T = self.t1 - self.t0
+        rng = sampling.as_rng(rng, f"{self!r} sampler")
         if space_dims is not None:
             u = sampling.sample(method, n, space_dims + 1, rng)
             return self._with_time(space_map(u[:, :-1]), self.t0 + T * u[:, -1])
-        rng = sampling.as_rng(rng, f"{self!r} sampler")
         xs = space_sample(n, rng, method)
         t = self.t0 + T * sampling.sample(method, n, 1, rng)[:, 0]
         return self._with_time(xs, rng.permutation(t))

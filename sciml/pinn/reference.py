@@ -57,7 +57,7 @@ class Reference:
 
 
 def _positive(v, who, what):
-    if not (np.isscalar(v) and np.isreal(v) and np.isfinite(v) and v > 0):
+    if isinstance(v, bool) or not (np.isscalar(v) and np.isreal(v) and np.isfinite(v) and v > 0):
         raise ValueError(f"{who}: {what} must be a positive number, got {v!r}.")
     return float(v)
 

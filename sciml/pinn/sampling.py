@@ -152,7 +152,7 @@ def sobol(n, d, rng):
     return _sobol_draw(_sobol_engine(d, rng), n) if n else np.zeros((0, d))
 
 
-def grid_counts(n, extents):
+def _grid_counts(n, extents):
     """Points per axis so that a regular grid over a box with side lengths ``extents``
     (shape ``(d,)``) has about ``n`` points with about equal spacing on every axis."""
     ext = np.asarray(extents, dtype=float)
@@ -191,7 +191,7 @@ def grid(n, d, *, extents=None, endpoint=False):
         extents = np.ones(d)
     if len(extents) != d:
         raise ValueError(f"grid(): extents has {len(extents)} entries; expected d={d}.")
-    counts = grid_counts(n, extents)
+    counts = _grid_counts(n, extents)
     if n == 0:
         return np.zeros((0, d))
     axes = [np.linspace(0.0, 1.0, m) if endpoint and m > 1 else (np.arange(m) + 0.5) / m
@@ -300,7 +300,8 @@ def rad_resample(candidates, residual_abs, n, rng, k=1.0, c=1.0):
         n: number of points to draw, ``0 <= n <= m``.
         rng: ``np.random.Generator`` or int seed.
         k: exponent, ``k >= 0``.
-        c: uniform floor, ``c >= 0``.
+        c: uniform floor, ``c >= 0``. With ``c = 0`` and fewer than ``n`` non-zero
+            residuals, the rest is drawn uniformly from the zero-residual candidates.
     Returns:
         Array of shape ``(n, d)``.
     Example:
@@ -322,8 +323,8 @@ def rad_resample(candidates, residual_abs, n, rng, k=1.0, c=1.0):
     if not p.sum() > 0:    # c = 0 and every residual zero: nothing to prefer
         p = np.ones_like(p)
     p = p / p.sum()
-    if n > np.count_nonzero(p):   # c = 0 with few non-zero residuals: fill uniformly
-        p = np.where(p > 0, p, 0) + (p == 0) * 1e-12
+    if n > np.count_nonzero(p):   # c = 0, fewer non-zero residuals than n: fill uniformly
+        p = p + (p == 0) * 1e-12
         p = p / p.sum()
     return cand[rng.choice(len(r), size=n, replace=False, p=p)]
 
