@@ -17,11 +17,15 @@ def operands(name, x, y):
             x, y = _promote(name, x, y)
         return x, y
     if isinstance(x, Tensor):
-        return x, _coerce(name, y, x.dtype)
-    if isinstance(y, Tensor):
-        return _coerce(name, x, y.dtype), y
-    x = as_tensor(x)
-    return x, _coerce(name, y, x.dtype)
+        y = _coerce(name, y, x.dtype)
+    elif isinstance(y, Tensor):
+        x = _coerce(name, x, y.dtype)
+    else:
+        x = as_tensor(x)
+        y = _coerce(name, y, x.dtype)
+    if x.dtype != y.dtype:  # int tensor with a float number: the number's float dtype wins
+        x, y = _promote(name, x, y)
+    return x, y
 
 
 def _coerce(name, v, dtype):
@@ -29,7 +33,7 @@ def _coerce(name, v, dtype):
         return v
     if isinstance(v, numbers.Number) and not isinstance(v, bool):
         if dtype in ("int32", "bool") and not isinstance(v, numbers.Integral):
-            from ..runtime import default_dtype
+            from ...runtime import default_dtype
             dtype = default_dtype()
         return scalar(v, "int32" if dtype == "bool" else dtype)
     if isinstance(v, (np.ndarray, list, tuple, bool, np.generic)):

@@ -89,7 +89,11 @@ def _reduce_forward(op):
         if n:
             o, r, i = R.reduce_shape(x.shape, axis)
             if r == 0:
-                raise ValueError(f"{op}: cannot reduce over axis {axis} of size 0.")
+                if op != "sum":
+                    raise ValueError(f"{op}: cannot reduce over axis {axis} of size 0 (no identity; "
+                                     "numpy raises too).")
+                out = backend.zeros(n, x.dtype)
+                return out, shape, x.dtype
             R.reduce(op, x._buf, out, o, r, i, x.dtype)
         return out, shape, x.dtype
     return forward
