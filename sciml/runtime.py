@@ -48,6 +48,8 @@ def init(arch: str | None = None, dtype: str | None = None, seed: int | None = N
         >>> sm.init(arch="cpu", dtype="float64", seed=0)
         'cpu'
     """
+    if _state["arch"] is not None:  # already running: unspecified settings mean "as now"
+        arch, dtype = arch or _state["arch"], dtype or _state["dtype"]
     arch = arch or os.environ.get("SCIML_ARCH", "cpu")
     dtype = dtype or os.environ.get("SCIML_DTYPE", "float32")
     _check("arch", arch, ARCHS)
