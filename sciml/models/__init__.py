@@ -1,0 +1,10 @@
+"""sciml.models: Module, Parameter, layers, activations, initialisers, losses.
+
+    >>> net = sm.models.MLP([2, 32, 1], activation=sm.tanh, seed=0)
+    >>> y = net.apply(net.params(), x)          # pure function of the parameters
+"""
+from . import init
+from .module import Buffer, Module, Parameter, load_state
+from .layers import MLP, Flatten, Identity, Linear, Sequential
+from .activations import (GELU, LogSoftmax, ReLU, SiLU, Sigmoid, Sin, Softmax, Softplus, Tanh, gelu, relu, sigmoid,
+                          silu, sin, softplus, tanh)

@@ -1,0 +1,120 @@
+"""Dense layers and containers: Linear, MLP, Sequential, Flatten, Identity."""
+from __future__ import annotations
+
+from ..autodiff.ops import matmul, reshape, tanh
+from ..autodiff.tensor import Tensor, as_tensor
+from . import init as I
+from .module import Module, Parameter
+
+__all__ = ["Linear", "MLP", "Sequential", "Flatten", "Identity"]
+
+
+class Linear(Module):
+    """y = x @ W + b, with W stored (in_features, out_features) and b (out_features,).
+
+    Args:
+        in_features, out_features: sizes of the last axis of x and y.
+        bias: add a bias (initialised to zeros).
+        seed: seed of the weight initialiser.
+        init: initialiser name or callable ``f(shape, *, seed, dtype)`` (default Glorot uniform).
+        dtype: parameter dtype (default: sciml's default float dtype).
+    Shapes:
+        x (..., in_features) -> y (..., out_features).
+    Example:
+        >>> layer = sm.models.Linear(3, 2, seed=0); layer(sm.ones((4, 3))).shape
+        (4, 2)
+    """
+
+    def __init__(self, in_features, out_features, bias=True, *, seed=0, init="xavier_uniform", dtype=None):
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        self.weight = Parameter(I.get(init)((self.in_features, self.out_features), seed=seed, dtype=dtype))
+        self.bias = Parameter(I.zeros((self.out_features,), dtype=self.weight.dtype)) if bias else None
+
+    def forward(self, x):
+        x = as_tensor(x)
+        if x.ndim == 0 or x.shape[-1] != self.in_features:
+            lead = "(n, " if x.ndim <= 2 else "(..., "
+            raise ValueError(f"Linear(in_features={self.in_features}): x has shape {x.shape}; "
+                             f"expected {lead}{self.in_features}).")
+        y = matmul(x, self.weight)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class MLP(Module):
+    """Fully connected network mapping x of shape (n, sizes[0]) to (n, sizes[-1]).
+
+    ``layers`` is the list of :class:`Linear` layers and ``activation`` the function applied
+    between them (not after the last): the PINN fused Taylor-mode path reads both.
+
+    Args:
+        sizes: layer widths, e.g. [2, 32, 32, 1].
+        activation: a function Tensor -> Tensor (default ``sciml.tanh``).
+        seed: seeds of the layers are derived from it (``init.split_seed``).
+        init: weight initialiser of every layer.
+    """
+
+    def __init__(self, sizes, activation=tanh, *, seed=0, init="xavier_uniform", dtype=None):
+        sizes = [int(s) for s in sizes]
+        if len(sizes) < 2 or any(s <= 0 for s in sizes):
+            raise ValueError(f"MLP(sizes): got {sizes}; expected at least two positive widths, e.g. [2, 32, 1].")
+        self.sizes = sizes
+        seeds = I.split_seed(seed, len(sizes) - 1)
+        self.layers = [Linear(a, b, seed=s, init=init, dtype=dtype) for a, b, s in zip(sizes, sizes[1:], seeds)]
+        self.activation = activation
+
+    def forward(self, x):
+        for layer in self.layers[:-1]:
+            x = self.activation(layer(x))
+        return self.layers[-1](x)
+
+    def extra_repr(self):
+        return f"sizes={self.sizes}, activation={getattr(self.activation, '__name__', self.activation)}"
+
+
+class Sequential(Module):
+    """Applies modules (or plain functions) in order: ``Sequential(Linear(4, 8), ReLU(), Linear(8, 1))``."""
+
+    def __init__(self, *layers):
+        if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
+            layers = tuple(layers[0])
+        for i, l in enumerate(layers):
+            if not callable(l):
+                raise TypeError(f"Sequential: item {i} is a {type(l).__name__}; expected a Module or a function.")
+        self.layers = list(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def __getitem__(self, i):
+        return self.layers[i]
+
+    def __len__(self):
+        return len(self.layers)
+
+    def append(self, layer):
+        self.layers.append(layer)
+        return self
+
+
+class Flatten(Module):
+    """(n, d1, d2, ...) -> (n, d1 * d2 * ...)."""
+
+    def forward(self, x):
+        x = as_tensor(x)
+        if x.ndim < 1:
+            raise ValueError(f"Flatten: x has shape {x.shape}; expected at least one dimension (the batch).")
+        return reshape(x, (x.shape[0], -1))
+
+
+class Identity(Module):
+    def forward(self, x):
+        return x
+
+
+def _is_tensor(x):
+    return isinstance(x, Tensor)

@@ -1,0 +1,365 @@
+"""Module and Parameter: objects for people, pure functions for transforms.
+
+A :class:`Module` declares :class:`Parameter` s, buffers (:class:`Buffer`) and submodules as
+attributes in ``__init__`` (directly, or inside lists, tuples and dicts) and computes in
+``forward``. They are found automatically:
+
+    >>> net = sm.models.MLP([2, 16, 1], seed=0)
+    >>> [n for n, _ in net.named_parameters()]
+    ['layers.0.weight', 'layers.0.bias', 'layers.1.weight', 'layers.1.bias']
+    >>> params = net.params()                 # nested dict {'layers': {'0': {'weight': ..}}}
+    >>> y = net.apply(params, x)              # pure: uses only `params`
+    >>> grads = sm.grad(lambda p: ((net.apply(p, x) - y0) ** 2).mean())(params)   # shaped like params
+
+A Parameter is a Tensor whose buffer optimizers overwrite in place (one fused Taichi kernel per
+step): after ``opt.step(grads)``, ``model(x)`` sees the new values. ``params()`` returns the live
+Parameters (no copy); ``state_dict()`` returns numpy copies.
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections import OrderedDict
+
+import numpy as np
+
+from .. import backend
+from ..autodiff.tensor import Tensor, tensor
+
+__all__ = ["Parameter", "Buffer", "Module"]
+
+
+class Parameter(Tensor):
+    """A trainable Tensor that optimizers update in place.
+
+    Args:
+        data: a Tensor or array-like; its values are copied into a new buffer owned by the Parameter.
+        dtype: float dtype (default: the data's, or sciml's default float dtype).
+    """
+    __slots__ = ()
+
+    def __init__(self, data, dtype=None):
+        src = data if isinstance(data, Tensor) and (dtype is None or data.dtype == dtype) else tensor(data, dtype)
+        if src.dtype not in ("float32", "float64"):
+            raise TypeError(f"Parameter(data): got dtype {src.dtype}; expected float32 or float64.")
+        self._buf = backend.from_numpy(src.numpy(), src.dtype)
+        self.shape, self.dtype = src.shape, src.dtype
+        self._node, self._tangents, self.grad = None, None, None
+
+    def _assign(self, value):
+        """Overwrite the values in place with ``value`` (Tensor or array of the same shape)."""
+        from ..kernels import optim as K
+        if not isinstance(value, Tensor):
+            value = tensor(np.asarray(value), self.dtype)
+        if value.shape != self.shape:
+            raise ValueError(f"Parameter._assign: got shape {value.shape}; expected {self.shape}.")
+        if value.dtype != self.dtype:
+            value = value.astype(self.dtype)
+        if self.size:
+            K.copy(self._buf, value._buf, self.size, self.dtype)
+
+    def __repr__(self):
+        return "Parameter" + Tensor.__repr__(self)[len("Tensor"):]
+
+
+class Buffer(Parameter):
+    """Non-trainable module state saved in ``state_dict`` (e.g. BatchNorm running statistics)."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return "Buffer" + Tensor.__repr__(self)[len("Tensor"):]
+
+
+def _walk(obj, prefix, out_params, out_buffers, out_modules, seen):
+    """Collect (name, obj) of Parameters, Buffers and Modules found in containers."""
+    if isinstance(obj, Buffer):
+        out_buffers.append((prefix, obj))
+    elif isinstance(obj, Parameter):
+        out_params.append((prefix, obj))
+    elif isinstance(obj, Module):
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        out_modules.append((prefix, obj))
+        for k, v in obj.__dict__.items():
+            if k.startswith("_"):
+                continue
+            _walk(v, f"{prefix}.{k}" if prefix else k, out_params, out_buffers, out_modules, seen)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _walk(v, f"{prefix}.{i}" if prefix else str(i), out_params, out_buffers, out_modules, seen)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _walk(v, f"{prefix}.{k}" if prefix else str(k), out_params, out_buffers, out_modules, seen)
+
+
+def _set_nested(tree, dotted, value):
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        tree = tree.setdefault(k, {})
+    tree[keys[-1]] = value
+
+
+def _get_nested(tree, dotted, where):
+    node = tree
+    for k in dotted.split("."):
+        if not isinstance(node, dict) or k not in node:
+            raise KeyError(f"{where}: params has no entry {dotted!r} (missing key {k!r}); expected a nested dict "
+                           "shaped like model.params().")
+        node = node[k]
+    return node
+
+
+class Module:
+    """Base class of layers and models: subclass it, create parameters in ``__init__``, compute in ``forward``.
+
+    Attributes whose names start with ``_`` are private and not searched for parameters.
+    """
+    training = True
+
+    def forward(self, *inputs):
+        raise NotImplementedError(f"{type(self).__name__}.forward is not defined.")
+
+    def __call__(self, *inputs, **kw):
+        return self.forward(*inputs, **kw)
+
+    # --- discovery ----------------------------------------------------------------------
+    def _collect(self):
+        ps, bs, ms = [], [], []
+        _walk(self, "", ps, bs, ms, set())
+        return ps, bs, ms
+
+    def named_parameters(self):
+        """[(dotted name, Parameter)] in declaration order (a shared Parameter is listed once)."""
+        out, seen = [], set()
+        for n, p in self._collect()[0]:
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append((n, p))
+        return out
+
+    def parameters(self):
+        """The trainable Parameters, in ``named_parameters`` order (pass them to an optimizer)."""
+        return [p for _, p in self.named_parameters()]
+
+    def named_buffers(self):
+        return self._collect()[1]
+
+    def named_modules(self):
+        """[(dotted name, Module)] including self (name '')."""
+        return self._collect()[2]
+
+    def modules(self):
+        return [m for _, m in self.named_modules()]
+
+    def children(self):
+        """Direct submodules (attributes, or inside lists/dicts held by attributes)."""
+        return [m for k, v in self.__dict__.items() if not k.startswith("_") for _, m in _module_items(k, v)]
+
+    def params(self):
+        """The parameters as a nested dict pytree {name: {...: Parameter}} (live Parameters, no copy).
+
+        ``grad(loss)(model.params())`` returns gradients with the same structure.
+        """
+        tree = {}
+        for n, p in self.named_parameters():
+            _set_nested(tree, n, p)
+        return tree
+
+    def num_parameters(self) -> int:
+        return sum(p.size for p in self.parameters())
+
+    # --- pure application ---------------------------------------------------------------
+    def apply(self, params, *inputs, **kw):
+        """``forward(*inputs)`` computed with the Tensors in ``params`` (a pytree shaped like
+        ``self.params()``) in place of the module's own parameters: a pure function of ``params``.
+
+        Args:
+            params: nested dict {name: Tensor} as returned by ``params()`` (values may be any Tensors,
+                e.g. ones being differentiated).
+        Example:
+            >>> y = net.apply(net.params(), x)          # equals net(x)
+        """
+        if not isinstance(params, dict):
+            raise TypeError(f"apply(params, ...): got params of type {type(params).__name__}; expected the nested "
+                            "dict returned by model.params().")
+        named = self.named_parameters()
+        subs = []
+        for n, p in named:
+            v = _get_nested(params, n, "apply")
+            if not isinstance(v, Tensor):
+                raise TypeError(f"apply: params[{n!r}] is a {type(v).__name__}; expected a Tensor.")
+            if v.shape != p.shape:
+                raise ValueError(f"apply: params[{n!r}] has shape {v.shape}; expected {p.shape}.")
+            subs.append((n, v))
+        with _substituted(self, subs):
+            return self.forward(*inputs, **kw)
+
+    # --- modes ----------------------------------------------------------------------------
+    def train(self, mode: bool = True):
+        """Training mode (Dropout active, BatchNorm uses and updates batch statistics). Returns self."""
+        for m in self.modules():
+            m.training = bool(mode)
+        return self
+
+    def eval(self):
+        """Evaluation mode (Dropout off, BatchNorm uses running statistics). Returns self."""
+        return self.train(False)
+
+    # --- state ------------------------------------------------------------------------------
+    def state_dict(self):
+        """OrderedDict {dotted name: numpy array (a copy)} of parameters and buffers."""
+        out = OrderedDict()
+        for n, p in self.named_parameters():
+            out[n] = p.numpy()
+        for n, b in self.named_buffers():
+            out[n] = b.numpy()
+        return out
+
+    def load_state_dict(self, state, strict: bool = True):
+        """Copy values from ``state`` (name -> array or Tensor) into the parameters and buffers, in place.
+
+        Args:
+            strict: if True (default), missing or unexpected keys raise KeyError. Shape mismatches
+                always raise ValueError.
+        Returns:
+            (missing_keys, unexpected_keys) as lists.
+        """
+        own = OrderedDict(self.named_parameters())
+        own.update(self.named_buffers())
+        missing = [k for k in own if k not in state]
+        unexpected = [k for k in state if k not in own]
+        if strict and (missing or unexpected):
+            raise KeyError(f"load_state_dict({type(self).__name__}): missing keys {missing}, unexpected keys "
+                           f"{unexpected}. Use strict=False to load the matching keys only.")
+        for k, p in own.items():
+            if k not in state:
+                continue
+            v = state[k]
+            shape = tuple(v.shape)
+            if shape != p.shape:
+                raise ValueError(f"load_state_dict({type(self).__name__}): {k!r} has shape {shape} in the state "
+                                 f"dict; the model expects {p.shape}.")
+        for k, p in own.items():
+            if k in state:
+                v = state[k]
+                p._assign(v if isinstance(v, Tensor) else np.asarray(v))
+        return missing, unexpected
+
+    def save(self, path):
+        """Write ``state_dict()`` to ``path``: ``.safetensors`` (if the package is installed) or ``.npz``.
+        Neither format executes code when loaded."""
+        path = os.fspath(path)
+        sd = self.state_dict()
+        if path.endswith(".safetensors"):
+            from safetensors.numpy import save_file
+            save_file({k: np.ascontiguousarray(v) for k, v in sd.items()}, path)
+        else:
+            np.savez(path, **sd)
+
+    def load(self, path, strict: bool = True):
+        """Load parameters saved with :meth:`save` (npz read with allow_pickle=False). Returns self."""
+        self.load_state_dict(load_state(path), strict=strict)
+        return self
+
+    # --- repr -----------------------------------------------------------------------------
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self):
+        lines = []
+        for k, v in self.__dict__.items():
+            if k.startswith("_"):
+                continue
+            items = _module_items(k, v)
+            for name, m in items:
+                sub = repr(m).replace("\n", "\n  ")
+                lines.append(f"  ({name}): {sub}")
+        own = sum(p.size for k, p in self.__dict__.items() if isinstance(p, Parameter) and not isinstance(p, Buffer))
+        head = f"{type(self).__name__}({self.extra_repr()})"
+        total = self.num_parameters()
+        if not lines:
+            return head + (f"  # {_count(own)} params" if own else "")
+        return f"{type(self).__name__}({self.extra_repr()}\n" + "\n".join(lines) + f"\n)  # {_count(total)} params"
+
+
+def _count(n):
+    return f"{n:,}"
+
+
+def _module_items(k, v):
+    if isinstance(v, Module):
+        return [(k, v)]
+    if isinstance(v, (list, tuple)):
+        return [(f"{k}.{i}", m) for i, m in enumerate(v) if isinstance(m, Module)]
+    if isinstance(v, dict):
+        return [(f"{k}.{kk}", m) for kk, m in v.items() if isinstance(m, Module)]
+    return []
+
+
+def load_state(path):
+    """A {name: numpy array} dict from a file written by ``Module.save`` (no code is executed)."""
+    path = os.fspath(path)
+    if path.endswith(".safetensors"):
+        from safetensors.numpy import load_file
+        return load_file(path)
+    if not os.path.exists(path) and os.path.exists(path + ".npz"):
+        path = path + ".npz"
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+class _substituted:
+    """Temporarily replace each named Parameter with a Tensor (restored on exit)."""
+
+    def __init__(self, root, subs):
+        self.root, self.subs, self.saved = root, subs, []
+
+    def __enter__(self):
+        for name, v in self.subs:
+            holder, key = _locate(self.root, name)
+            self.saved.append((holder, key, _get(holder, key)))
+            _put(holder, key, v)
+
+    def __exit__(self, *exc):
+        for holder, key, old in reversed(self.saved):
+            _put(holder, key, old)
+        return False
+
+
+def _locate(root, dotted):
+    keys = dotted.split(".")
+    obj = root
+    for k in keys[:-1]:
+        obj = _get(obj, k)
+    return obj, keys[-1]
+
+
+def _get(obj, k):
+    if isinstance(obj, Module):
+        return obj.__dict__[k]
+    if isinstance(obj, (list, tuple)):
+        return obj[int(k)]
+    return obj[k] if k in obj else obj[_dict_key(obj, k)]
+
+
+def _put(obj, k, v):
+    if isinstance(obj, Module):
+        obj.__dict__[k] = v
+    elif isinstance(obj, list):
+        obj[int(k)] = v
+    elif isinstance(obj, tuple):
+        raise TypeError("apply: parameters inside a tuple cannot be substituted; store them in a list.")
+    else:
+        obj[k if k in obj else _dict_key(obj, k)] = v
+
+
+def _dict_key(d, k):
+    for kk in d:
+        if str(kk) == k:
+            return kk
+    raise KeyError(k)
+
+
+def numel(shape):
+    return math.prod(shape)

@@ -1,0 +1,205 @@
+"""First-order optimizers: textbook formulas, convergence, resume, binding, errors."""
+import numpy as np
+import pytest
+
+import sciml as sm
+from sciml.models import Linear, MLP, Parameter
+from sciml.optim import SGD, Adagrad, Adam, AdamW, RMSprop, Optimizer, schedules
+
+RNG = np.random.default_rng(0)
+P0 = [RNG.normal(size=(3, 2)), RNG.normal(size=(2,))]
+GS = [[RNG.normal(size=(3, 2)), RNG.normal(size=(2,))] for _ in range(4)]
+
+
+def _params(dtype="float64"):
+    return [Parameter(p, dtype=dtype) for p in P0]
+
+
+def _run(opt_cls, kw, dtype="float64", steps=4):
+    ps = _params(dtype)
+    opt = opt_cls(ps, **kw)
+    for g in GS[:steps]:
+        opt.step([sm.tensor(x, dtype) for x in g])
+    return [p.numpy() for p in ps]
+
+
+def _ref(kind, kw, steps=4):
+    """Textbook updates in numpy (PyTorch's conventions)."""
+    out = []
+    for p0, gi in zip(P0, zip(*GS[:steps])):
+        p = p0.copy()
+        m = np.zeros_like(p); v = np.zeros_like(p); b = np.zeros_like(p)
+        for t, g in enumerate(gi, start=1):
+            lr = kw.get("lr")
+            wd = kw.get("weight_decay", 0.0)
+            if kind == "sgd":
+                g = g + wd * p
+                mu = kw.get("momentum", 0.0)
+                if mu:
+                    b = g.copy() if t == 1 else mu * b + g
+                    d = g + mu * b if kw.get("nesterov") else b
+                else:
+                    d = g
+                p = p - lr * d
+            elif kind in ("adam", "adamw"):
+                b1, b2 = kw.get("betas", (0.9, 0.999)); eps = kw.get("eps", 1e-8)
+                if kind == "adamw":
+                    p = p * (1 - lr * wd)
+                else:
+                    g = g + wd * p
+                m = b1 * m + (1 - b1) * g
+                v = b2 * v + (1 - b2) * g * g
+                p = p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+            elif kind == "rmsprop":
+                a = kw.get("alpha", 0.99); eps = kw.get("eps", 1e-8); mu = kw.get("momentum", 0.0)
+                g = g + wd * p
+                v = a * v + (1 - a) * g * g
+                d = g / (np.sqrt(v) + eps)
+                if mu:
+                    b = mu * b + d
+                    d = b
+                p = p - lr * d
+            elif kind == "adagrad":
+                eps = kw.get("eps", 1e-10)
+                g = g + wd * p
+                v = v + g * g
+                p = p - lr * g / (np.sqrt(v) + eps)
+        out.append(p)
+    return out
+
+
+CASES = [
+    (SGD, "sgd", dict(lr=0.1)),
+    (SGD, "sgd", dict(lr=0.1, momentum=0.9)),
+    (SGD, "sgd", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    (Adam, "adam", dict(lr=0.01)),
+    (Adam, "adam", dict(lr=0.01, betas=(0.8, 0.99), weight_decay=0.1)),
+    (AdamW, "adamw", dict(lr=0.01, weight_decay=0.1)),
+    (RMSprop, "rmsprop", dict(lr=0.01)),
+    (RMSprop, "rmsprop", dict(lr=0.01, momentum=0.5, weight_decay=0.01)),
+    (Adagrad, "adagrad", dict(lr=0.1)),
+]
+
+
+@pytest.mark.parametrize("cls,kind,kw", CASES, ids=lambda c: str(c) if not isinstance(c, type) else c.__name__)
+def test_first_steps_match_textbook(cls, kind, kw):
+    got, want = _run(cls, kw), _ref(kind, kw)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("cls", [SGD, Adam])
+def test_float32(cls):
+    got = _run(cls, dict(lr=0.01), dtype="float32")
+    want = _ref(cls.__name__.lower(), dict(lr=0.01))
+    for a, b in zip(got, want):
+        assert a.dtype == np.float32
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _quadratic(p):
+    A = sm.tensor(np.diag([1.0, 3.0]))
+    return 0.5 * (p @ A * p).sum() + p.sum()
+
+
+def _rosenbrock(p):
+    return (1 - p[0]) ** 2 + 100.0 * (p[1] - p[0] ** 2) ** 2
+
+
+OPTS = [(SGD, dict(lr=1e-3, momentum=0.9)), (SGD, dict(lr=0.002, clip_norm=10.0)), (Adam, dict(lr=0.05)), (AdamW, dict(lr=0.05, weight_decay=0.0)),
+        (RMSprop, dict(lr=0.01)), (Adagrad, dict(lr=0.5))]
+
+
+@pytest.mark.parametrize("cls,kw", OPTS, ids=lambda c: c.__name__ if isinstance(c, type) else "")
+@pytest.mark.parametrize("fn", [_quadratic, _rosenbrock], ids=["quadratic", "rosenbrock"])
+def test_decreases_convex_quadratic_and_rosenbrock(cls, kw, fn):
+    p = Parameter(np.array([-1.0, 1.5]))
+    opt = cls([p], **kw)
+    vg = sm.value_and_grad(fn)
+    first, fmin = float(fn(p)), (-2.0 / 3.0 if fn is _quadratic else 0.0)
+    for _ in range(100):
+        _, g = vg(p)
+        opt.step([g])
+    assert float(fn(p)) < first - 0.5 * (first - fmin)
+
+
+def test_resume_equals_uninterrupted(tmp_path):
+    def make():
+        net = MLP([2, 4, 1], seed=0)
+        return net, Adam(net.parameters(), lr=schedules.cosine_decay(0.05, 10), clip_norm=0.5)
+    x, y = sm.tensor(RNG.normal(size=(8, 2))), sm.tensor(RNG.normal(size=(8, 1)))
+    loss = lambda net: (lambda p: ((net.apply(p, x) - y) ** 2).mean())
+
+    def steps(net, opt, n):
+        for _ in range(n):
+            g = sm.grad(loss(net))(net.params())
+            opt.step(sm.tree_leaves(g) if False else [g_ for g_ in _ordered(net, g)])
+
+    net1, opt1 = make()
+    steps(net1, opt1, 6)
+    net2, opt2 = make()
+    steps(net2, opt2, 3)
+    net2.save(tmp_path / "m.npz")
+    sd = opt2.state_dict()
+    net3, opt3 = make()
+    net3.load(tmp_path / "m.npz")
+    opt3.load_state_dict(sd)
+    steps(net3, opt3, 3)
+    for a, b in zip(net1.parameters(), net3.parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def _ordered(net, g):
+    return [_get(g, n) for n, _ in net.named_parameters()]
+
+
+def _get(tree, dotted):
+    for k in dotted.split("."):
+        tree = tree[k]
+    return tree
+
+
+def test_bind_later_params_dict_read_write():
+    net = MLP([2, 3, 1], seed=0)
+    opt = Adam(lr=0.1)
+    with pytest.raises(RuntimeError, match="no parameters yet"):
+        opt.step([])
+    opt.bind(net.params())
+    x = sm.ones((1, 2))
+    before = opt._read()
+    y0 = net(x).numpy()
+    opt.step(sm.grad(lambda p: net.apply(p, x).sum())(net.params()))
+    assert not np.allclose(net(x).numpy(), y0)     # model sees the new values
+    opt._write(before)
+    np.testing.assert_array_equal(net(x).numpy(), y0)
+    assert sm.tree_map(lambda t: t.shape, before) == sm.tree_map(lambda t: t.shape, net.params())
+
+
+def test_backward_style_step_and_zero_grad():
+    p = Parameter(np.array([1.0, -2.0]))
+    p.requires_grad_()
+    opt = SGD([p], lr=0.5)
+    (p * p).sum().backward()
+    opt.step()
+    np.testing.assert_allclose(p.numpy(), [0.0, 0.0])
+    opt.zero_grad()
+    assert p.grad is None
+
+
+def test_errors():
+    p = [Parameter(np.zeros(3))]
+    with pytest.raises(ValueError, match=r"gradient 0 has shape \(2,\); expected \(3,\)"):
+        Adam(p).step([sm.zeros((2,))])
+    with pytest.raises(ValueError, match="grads has 2 leaves"):
+        Adam(p).step([sm.zeros((3,)), sm.zeros((3,))])
+    with pytest.raises(TypeError, match="expected sciml.models.Parameter"):
+        Adam([sm.zeros((3,))])
+    with pytest.raises(ValueError, match="nesterov=True needs momentum > 0"):
+        SGD(p, nesterov=True)
+    with pytest.raises(ValueError, match="betas"):
+        Adam(p, betas=(1.0, 0.9))
+    opt = Adam(p)
+    with pytest.raises(KeyError, match="do not match this optimizer"):
+        opt.load_state_dict(SGD(p, momentum=0.9).state_dict())
+    with pytest.raises(ValueError, match="has 2 values; parameter 0 has shape"):
+        opt.load_state_dict(Adam([Parameter(np.zeros(2))]).state_dict())
