@@ -1,0 +1,322 @@
+"""Fused input derivatives of an MLP: Taylor streams, one GEMM per layer, hand-written adjoint.
+
+``mlp_derivatives(layers, activation, x, derivs)`` computes the value and the requested first
+and second input derivatives of an MLP (tanh, sin, softplus or gelu) at the points ``x``. The
+value, the needed first-derivative streams and the needed second-derivative streams are
+stacked as one (S*n, width) matrix, so each layer is ONE GEMM (BLAS on CPU, Taichi GEMM on
+devices) followed by ONE fused pointwise Taichi kernel (``sciml.kernels.taylor``) applying the
+activation and its derivative coefficients to every stream.
+
+The whole computation is one sciml Primitive (inputs x and every W, b; output the stacked
+(S, n, out) streams, split into the result dict by zero-copy blocks). Its VJP is a second
+Primitive, the hand-written adjoint: per layer one fused pointwise adjoint kernel, then GEMMs
+dW = H^T G (summed over streams), db = column sums of the value block, dH = G W^T. Taichi's own
+autodiff is never used (TAICHI-NOTES.md: wrong, 17x slower, or hours to compile). The
+derivative rules of the adjoint (and the forward primitive's JVP) differentiate the same
+computation written in sciml ops (``generic.taylor_streams``): correct at any order, fast at
+first order, which is what Adam/L-BFGS/LM need.
+
+Interface shared with :mod:`sciml.pinn.generic`; ``supports(activation, derivs)`` tells the
+solver whether this path applies.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+
+import numpy as np
+
+from .. import backend
+from ..autodiff.backward import needs
+from ..autodiff.ops import linalg as _linalg_ops
+from ..autodiff.ops.reduce import reshape
+from ..autodiff.primitive import Primitive
+from ..autodiff.tensor import Tensor, zeros
+from ..autodiff.transforms import jvp, vjp
+from ..kernels import linalg as LK
+from ..kernels import taylor as TK
+from . import generic
+
+MAX_ORDER = 2
+_SAVED: dict = {}   # id(output buffer) -> (Zs, Hs): residuals for the adjoint
+_ONES: dict = {}
+stats = {"calls": 0, "adjoint_calls": 0}
+
+
+def supports(activation, derivs) -> bool:
+    """True if the fused path handles ``activation`` and the multi-indices ``derivs`` (order <= 2)."""
+    if generic.activation_name(activation) is None:
+        return False
+    try:
+        return all(len((m,) if isinstance(m, int) else tuple(m)) <= MAX_ORDER for m in derivs)
+    except TypeError:
+        return False
+
+
+# --- helpers ------------------------------------------------------------------------------
+def _gemm(a, b, out, m, n, k, ta=False, tb=False, dtype="float64", batch=1):
+    LK.matmul(a, b, out, batch, m, n, k, ta, tb, dtype, _linalg_ops._blas["enabled"])
+
+
+def _ones(count, dtype):
+    buf = _ONES.get(dtype)
+    if buf is None or _ONES[dtype + "_n"] < count:
+        size = max(count, 1024)
+        buf = _ONES[dtype] = backend.from_numpy(np.ones(size), dtype)
+        _ONES[dtype + "_n"] = size
+    return buf
+
+
+def _meta(coords, pairs):
+    return backend.meta((len(coords), len(pairs)) + tuple(coords) + tuple(i for p in pairs for i in p))
+
+
+def _sub(flat, off, size, dtype, pending):
+    """A writable region [off, off+size) of ``flat``: a view on CPU, a new buffer copied later on devices."""
+    if backend.on_host():
+        return flat[off:off + size]
+    buf = backend.empty(size, dtype)
+    pending.append((buf, off, size))
+    return buf
+
+
+def _layers_of(params):
+    return [(params[2 * k], params[2 * k + 1]) for k in range(len(params) // 2)]
+
+
+# --- the forward primitive ----------------------------------------------------------------
+def _forward(x, *params, act, coords, pairs):
+    stats["calls"] += 1
+    dtype = x.dtype
+    n, d = x.shape
+    L = len(params) // 2
+    n1, n2 = len(coords), len(pairs)
+    S = 1 + n1 + n2
+    meta = _meta(coords, pairs)
+    W, b = params[0], params[1]
+    w = W.shape[1]
+    Z = backend.empty(n * w, dtype)
+    _gemm(x._buf, W._buf, Z, n, w, d, dtype=dtype)
+    H = backend.empty(S * n * w, dtype)
+    TK.layer_forward(act, Z, b._buf, W._buf, H, meta, n, w, S, True, dtype)
+    Zs, Hs = [Z], [H]
+    for k in range(1, L - 1):
+        W, b = params[2 * k], params[2 * k + 1]
+        w_in, w = w, W.shape[1]
+        Z = backend.empty(S * n * w, dtype)
+        _gemm(H, W._buf, Z, S * n, w, w_in, dtype=dtype)
+        H = backend.empty(S * n * w, dtype)
+        TK.layer_forward(act, Z, b._buf, None, H, meta, n, w, S, False, dtype)
+        Zs.append(Z)
+        Hs.append(H)
+    W, b = params[-2], params[-1]
+    o = W.shape[1]
+    out = backend.empty(S * n * o, dtype)
+    _gemm(H, W._buf, out, S * n, o, w, dtype=dtype)
+    TK.add_bias_rows(out, b._buf, n, o, dtype)
+    key = id(out)
+    _SAVED[key] = (Zs, Hs)
+    weakref.finalize(out, _SAVED.pop, key, None)
+    return out, (S, n, o), dtype
+
+
+_fused = Primitive("mlp_taylor", _forward)
+
+
+def _composite(x, *params, act, coords, pairs):
+    return generic.taylor_streams(_layers_of(params), act, x, coords, pairs)
+
+
+@_fused.def_vjp
+def _fused_vjp(g, x, *params, out, act, coords, pairs):
+    want_x = needs(0)
+    flat = _adjoint(g, out, x, *params, act=act, coords=coords, pairs=pairs, want_x=want_x)
+    shapes = ([x.shape] if want_x else []) + [p.shape for p in params]
+    parts = _split(flat, shapes)
+    return tuple(parts) if want_x else (None,) + tuple(parts)
+
+
+@_fused.def_jvp
+def _fused_jvp(ts, x, *params, out, act, coords, pairs):
+    prim = (x,) + params
+    tans = tuple(zeros(p.shape, p.dtype) if t is None else t for p, t in zip(prim, ts))
+    return jvp(lambda *a: _composite(*a, act=act, coords=coords, pairs=pairs), prim, tans)[1]
+
+
+# --- the adjoint primitive ----------------------------------------------------------------
+def _adjoint_forward(g, fout, x, *params, act, coords, pairs, want_x):
+    """Cotangents [dx (if want_x), dW1, db1, ..., dWL, dbL] flattened into one buffer."""
+    stats["adjoint_calls"] += 1
+    dtype = x.dtype
+    saved = _SAVED.get(id(fout._buf))
+    if saved is None:  # not produced by _forward in this process: recompute the residuals
+        buf, _, _ = _forward(x, *params, act=act, coords=coords, pairs=pairs)
+        saved = _SAVED[id(buf)]
+    Zs, Hs = saved
+    n, d = x.shape
+    L = len(params) // 2
+    n1, n2 = len(coords), len(pairs)
+    S = 1 + n1 + n2
+    meta = _meta(coords, pairs)
+    sizes = ([n * d] if want_x else []) + [p.size for p in params]
+    offs = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    total = int(offs[-1])
+    flat = backend.empty(total, dtype)
+    pending = []
+    base = 1 if want_x else 0
+
+    def region(i):
+        return _sub(flat, int(offs[i]), sizes[i], dtype, pending)
+
+    G = g._buf
+    W = params[-2]
+    w, o = W.shape
+    ones = _ones(max(n * (1 + n1), n), dtype)
+    _gemm(Hs[-1], G, region(base + 2 * L - 2), w, o, S * n, ta=True, dtype=dtype)     # dW_L
+    _gemm(ones, G, region(base + 2 * L - 1), 1, o, n, dtype=dtype)                    # db_L
+    dH = backend.empty(S * n * w, dtype)
+    _gemm(G, W._buf, dH, S * n, w, o, tb=True, dtype=dtype)
+    for k in range(L - 2, 0, -1):
+        W = params[2 * k]
+        w_in, w = W.shape
+        TK.layer_backward(act, Zs[k], None, dH, meta, n, w, S, False, dtype)
+        _gemm(Hs[k - 1], dH, region(base + 2 * k), w_in, w, S * n, ta=True, dtype=dtype)
+        _gemm(ones, dH, region(base + 2 * k + 1), 1, w, n, dtype=dtype)
+        dH_in = backend.empty(S * n * w_in, dtype)
+        _gemm(dH, W._buf, dH_in, S * n, w_in, w, tb=True, dtype=dtype)
+        dH = dH_in
+    W = params[0]
+    w = W.shape[1]
+    TK.layer_backward(act, Zs[0], W._buf, dH, meta, n, w, S, True, dtype)
+    dW1 = region(base)
+    _gemm(x._buf, dH, dW1, d, w, n, ta=True, dtype=dtype)
+    cs = backend.empty((1 + n1) * w, dtype)
+    _gemm(ones, dH, cs, 1, w, n, dtype=dtype, batch=1 + n1)
+    TK.first_finish(cs, dW1, region(base + 1), meta, w, dtype)
+    if want_x:
+        _gemm(dH, W._buf, region(0), n, d, w, tb=True, dtype=dtype)
+    for buf, off, size in pending:
+        TK.copy(buf, 0, flat, off, size, dtype)
+    return flat, (total,), dtype
+
+
+_adjoint = Primitive("mlp_taylor_adjoint", _adjoint_forward)
+
+
+def _adjoint_composite(g, x, *params, act, coords, pairs, want_x):
+    _, pull = vjp(lambda *a: _composite(*a, act=act, coords=coords, pairs=pairs), x, *params)
+    cts = pull(g)
+    if not want_x:
+        cts = cts[1:]
+    from ..autodiff.ops.shape import concat
+    return concat([reshape(c, (c.size,)) for c in cts], 0)
+
+
+@_adjoint.def_vjp
+def _adjoint_vjp(ga, g, fout, x, *params, out, act, coords, pairs, want_x):
+    f = lambda g_, x_, *p: _adjoint_composite(g_, x_, *p, act=act, coords=coords, pairs=pairs,  # noqa: E731
+                                               want_x=want_x)
+    cts = vjp(f, g, x, *params)[1](ga)
+    return (cts[0], None) + tuple(cts[1:])
+
+
+@_adjoint.def_jvp
+def _adjoint_jvp(ts, g, fout, x, *params, out, act, coords, pairs, want_x):
+    prim = (g, x) + params
+    tl = (ts[0],) + tuple(ts[2:])
+    tans = tuple(zeros(p.shape, p.dtype) if t is None else t for p, t in zip(prim, tl))
+    f = lambda g_, x_, *p: _adjoint_composite(g_, x_, *p, act=act, coords=coords, pairs=pairs,  # noqa: E731
+                                               want_x=want_x)
+    return jvp(f, prim, tans)[1]
+
+
+# --- zero-copy blocks of a flat tensor ----------------------------------------------------
+def _block_forward(x, off, shape):
+    size = math.prod(shape)
+    if backend.on_host():
+        return x._buf[off:off + size], shape, x.dtype
+    out = backend.empty(size, x.dtype)
+    if size:
+        TK.copy(x._buf, off, out, 0, size, x.dtype)
+    return out, shape, x.dtype
+
+
+def _unblock_forward(g, off, total, in_shape):
+    out = backend.zeros(total, g.dtype)
+    if g.size:
+        if backend.on_host():
+            out[off:off + g.size] = g._buf[:g.size]
+        else:
+            TK.copy(g._buf, 0, out, off, g.size, g.dtype)
+    return out, in_shape, g.dtype
+
+
+_block = Primitive("block", _block_forward)       # out = x.flat[off:off+size].reshape(shape)
+_unblock = Primitive("unblock", _unblock_forward)  # its transpose
+_block.def_vjp(lambda g, x, out, off, shape: (_unblock(g, off=off, total=x.size, in_shape=x.shape),))
+_block.def_jvp(lambda ts, x, out, off, shape: _block(ts[0], off=off, shape=shape))
+_unblock.def_vjp(lambda g, x, out, off, total, in_shape: (_block(g, off=off, shape=x.shape),))
+_unblock.def_jvp(lambda ts, x, out, off, total, in_shape: _unblock(ts[0], off=off, total=total,
+                                                                    in_shape=in_shape))
+
+
+def _split(flat, shapes):
+    out, off = [], 0
+    for s in shapes:
+        size = math.prod(s)
+        out.append(_block(flat, off=off, shape=tuple(s)))
+        off += size
+    return out
+
+
+# --- public API ---------------------------------------------------------------------------
+def mlp_derivatives(layers, activation, x, derivs):
+    """Value and input derivatives (order <= 2) of an MLP at the points ``x``, fused.
+
+    Args:
+        layers: list of (W, b) Tensor pairs (or objects with ``.weight``/``.bias``), W of shape
+            (in, out); y = h @ W + b; ``activation`` after every layer but the last.
+        activation: ``sm.tanh``, ``sm.sin``, ``sm.softplus`` or ``sm.gelu`` (or their names).
+        x: (n, d) Tensor of points (float32 or float64, the dtype of the parameters).
+        derivs: iterable of multi-indices: ``()`` value, ``(i,)`` d/dx_i, ``(i, j)`` d2/dx_i dx_j.
+    Returns:
+        dict multi-index -> (n, out) Tensor, differentiable w.r.t. every W, b and x (first order
+        through the hand-written adjoint, higher orders through the sciml-ops composite).
+    Example:
+        >>> r = fused.mlp_derivatives(layers, sm.tanh, X, [(), (1,), (0,), (0, 0)])
+        >>> res = r[(1,)] + r[()] * r[(0,)] - nu * r[(0, 0)]
+    """
+    act = generic.activation_name(activation)
+    if act is None:
+        raise ValueError(f"fused.mlp_derivatives: activation {activation!r} is not supported by the fused path; "
+                         f"expected one of sm.tanh, sm.sin, sm.softplus, sm.gelu (use sciml.pinn.generic "
+                         "for other activations).")
+    layers = generic.normalize_layers(layers, "fused.mlp_derivatives")
+    x = generic.check_input(x, layers, "fused.mlp_derivatives")
+    items = generic.normalize_derivs(derivs, x.shape[1], MAX_ORDER, "fused.mlp_derivatives")
+    coords, pairs, index = generic.plan([m for _, m in items], x.shape[1])
+    params = tuple(t for W, b in layers for t in (W, b))
+    if len(layers) == 1 or x.shape[0] == 0:
+        stacked = generic.taylor_streams(layers, act, x, coords, pairs)
+    else:
+        stacked = _fused(x, *params, act=act, coords=coords, pairs=pairs)
+    S, n, o = stacked.shape
+    out, views = {}, {}
+    for key, m in items:
+        s = index[m]
+        if s not in views:
+            views[s] = _block(stacked, off=s * n * o, shape=(n, o))
+        out[key] = views[s]
+    return out
+
+
+def streams(layers, activation, x, derivs):
+    """The stacked (S, n, out) streams and the multi-index -> stream map (for callers that
+    want to slice the streams themselves)."""
+    act = generic.activation_name(activation)
+    layers = generic.normalize_layers(layers, "fused.streams")
+    x = generic.check_input(x, layers, "fused.streams")
+    items = generic.normalize_derivs(derivs, x.shape[1], MAX_ORDER, "fused.streams")
+    coords, pairs, index = generic.plan([m for _, m in items], x.shape[1])
+    params = tuple(t for W, b in layers for t in (W, b))
+    return _fused(x, *params, act=act, coords=coords, pairs=pairs), index
