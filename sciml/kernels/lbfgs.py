@@ -1,0 +1,182 @@
+"""Fused vector algebra for the curvature optimizers, on flat buffers (cpu and vulkan).
+
+The optimizers keep ONE flat parameter vector; per iteration they need a handful of
+axpys and dot products plus the L-BFGS two-loop recursion over an (m, n) history.
+Each function here is one launch (the two-loop recursion is one launch on CPU, where
+it runs serialized; on devices, where a serialized loop is forbidden, it is 2 launches
+per history pair with parallel loops).
+"""
+from .. import backend
+from . import _common as C
+
+
+def _par(n):
+    return C.launch_mode(n)
+
+
+def axpy(x, a: float, d, out, n: int, dtype: str):
+    """out = x + a * d."""
+    serial = _par(n)
+    k = C.cached(("opt_axpy", dtype, serial), lambda: _build_axpy(dtype, serial))
+    k(x, float(a), d, out, n)
+
+
+def _build_axpy(dtype, serial):
+    ti, A = C.ti(), C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(x: A, a: ti.f64, d: A, out: A, n: ti.i32):
+        ti.loop_config(serialize=serial)
+        for i in range(n):
+            out[i] = x[i] + ti.cast(a, T) * d[i]
+    return k
+
+
+def dots(a, b, c, out, n: int, dtype: str):
+    """out[0] = a.b, out[1] = a.c, out[2] = b.b (float64 accumulation), out[3] = max |b|."""
+    serial = _par(n)
+    k = C.cached(("opt_dots", dtype, serial), lambda: _build_dots(dtype, serial))
+    k(a, b, c, out, n)
+
+
+def _build_dots(dtype, serial):
+    ti, A, F = C.ti(), C.arr(dtype), C.arr("float64")
+
+    @ti.kernel
+    def k(a: A, b: A, c: A, out: F, n: ti.i32):
+        for j in range(4):
+            out[j] = 0.0
+        ti.loop_config(serialize=serial)
+        for i in range(n):
+            bi = ti.cast(b[i], ti.f64)
+            out[0] += ti.cast(a[i], ti.f64) * bi
+            out[1] += ti.cast(a[i], ti.f64) * ti.cast(c[i], ti.f64)
+            out[2] += bi * bi
+            ti.atomic_max(out[3], ti.abs(bi))
+    return k
+
+
+def push_pair(x_new, x, g_new, g, S, Y, slot: int, out, n: int, dtype: str):
+    """S[slot] = x_new - x, Y[slot] = g_new - g; out = [s.y, y.y, s.s, max|s|] (float64)."""
+    serial = _par(n)
+    k = C.cached(("opt_push", dtype, serial), lambda: _build_push(dtype, serial))
+    k(x_new, x, g_new, g, S, Y, slot, out, n)
+
+
+def _build_push(dtype, serial):
+    ti, A, F = C.ti(), C.arr(dtype), C.arr("float64")
+
+    @ti.kernel
+    def k(x_new: A, x: A, g_new: A, g: A, S: A, Y: A, slot: ti.i32, out: F, n: ti.i32):
+        for j in range(4):
+            out[j] = 0.0
+        ti.loop_config(serialize=serial)
+        for i in range(n):
+            s = x_new[i] - x[i]
+            y = g_new[i] - g[i]
+            S[slot * n + i] = s
+            Y[slot * n + i] = y
+            sd, yd = ti.cast(s, ti.f64), ti.cast(y, ti.f64)
+            out[0] += sd * yd
+            out[1] += yd * yd
+            out[2] += sd * sd
+            ti.atomic_max(out[3], ti.abs(sd))
+    return k
+
+
+def two_loop(g, S, Y, rho, alpha, d, order, used: int, gamma: float, n: int, dtype: str):
+    """d = -H g by the L-BFGS two-loop recursion.
+
+    ``S``, ``Y``: (m, n) history buffers (row-major, flat); ``rho``: float64 (m,) with 1/(s.y);
+    ``order``: int32 (m,) slot indices, oldest first, of which the first ``used`` are valid;
+    ``alpha``: float64 (2m,) scratch; ``gamma``: the initial inverse-Hessian scale.
+    """
+    if backend.on_host():
+        k = C.cached(("opt_twoloop", dtype), lambda: _build_two_loop_serial(dtype))
+        k(g, S, Y, rho, alpha, d, order, used, float(gamma), n)
+        return
+    ks = C.cached(("opt_twoloop_dev", dtype), lambda: _build_two_loop_device(dtype))
+    ks["neg"](g, d, n)
+    for j in range(used - 1, -1, -1):
+        ks["dot"](S, d, rho, alpha, order, j, n)       # alpha_j = rho_j s_j.q
+        ks["axpy1"](Y, d, alpha, order, j, n)          # q -= alpha_j y_j
+    ks["scale"](d, float(gamma), n)
+    for j in range(used):
+        ks["dot"](Y, d, rho, alpha, order, j + 1000000, n)  # beta_j = rho_j y_j.r, kept in alpha[m + slot]
+        ks["axpy2"](S, d, alpha, order, j, n)          # r += s_j (alpha_j - beta_j)
+
+
+def _build_two_loop_serial(dtype):
+    ti, A, F, I = C.ti(), C.arr(dtype), C.arr("float64"), C.arr("int32")
+    T = backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(g: A, S: A, Y: A, rho: F, alpha: F, d: A, order: I, used: ti.i32, gamma: ti.f64, n: ti.i32):
+        ti.loop_config(serialize=True)
+        for _ in range(1):
+            for i in range(n):
+                d[i] = -g[i]                     # q = -g, so d = -H g at the end
+            for jj in range(used):
+                j = used - 1 - jj
+                r = order[j]
+                acc = 0.0
+                for i in range(n):
+                    acc += ti.cast(S[r * n + i], ti.f64) * ti.cast(d[i], ti.f64)
+                a = rho[r] * acc
+                alpha[r] = a
+                for i in range(n):
+                    d[i] -= ti.cast(a, T) * Y[r * n + i]
+            for i in range(n):
+                d[i] *= ti.cast(gamma, T)
+            for j in range(used):
+                r = order[j]
+                acc = 0.0
+                for i in range(n):
+                    acc += ti.cast(Y[r * n + i], ti.f64) * ti.cast(d[i], ti.f64)
+                b = rho[r] * acc
+                c = ti.cast(alpha[r] - b, T)
+                for i in range(n):
+                    d[i] += c * S[r * n + i]
+    return k
+
+
+def _build_two_loop_device(dtype):
+    ti, A, F, I = C.ti(), C.arr(dtype), C.arr("float64"), C.arr("int32")
+    T = backend.ti_dtype(dtype)
+    BIG = 1000000
+
+    @ti.kernel
+    def neg(g: A, d: A, n: ti.i32):
+        for i in range(n):
+            d[i] = -g[i]
+
+    @ti.kernel
+    def scale(d: A, gamma: ti.f64, n: ti.i32):
+        for i in range(n):
+            d[i] *= ti.cast(gamma, T)
+
+    @ti.kernel
+    def dot(M: A, d: A, rho: F, alpha: F, order: I, jcode: ti.i32, n: ti.i32):
+        # jcode < BIG: alpha[r] = rho_r M_r.d; jcode >= BIG: alpha[m + r] = rho_r M_r.d (beta)
+        j = jcode % BIG
+        r = order[j]
+        m = order.shape[0]
+        dst = r if jcode < BIG else m + r
+        alpha[dst] = 0.0
+        for i in range(n):
+            alpha[dst] += rho[r] * ti.cast(M[r * n + i], ti.f64) * ti.cast(d[i], ti.f64)
+
+    @ti.kernel
+    def axpy1(Y: A, d: A, alpha: F, order: I, j: ti.i32, n: ti.i32):
+        r = order[j]
+        for i in range(n):
+            d[i] -= ti.cast(alpha[r], T) * Y[r * n + i]
+
+    @ti.kernel
+    def axpy2(S: A, d: A, alpha: F, order: I, j: ti.i32, n: ti.i32):
+        r = order[j]
+        m = order.shape[0]
+        for i in range(n):
+            d[i] += ti.cast(alpha[r] - alpha[m + r], T) * S[r * n + i]
+    return {"neg": neg, "scale": scale, "dot": dot, "axpy1": axpy1, "axpy2": axpy2}

@@ -1,0 +1,278 @@
+"""L-BFGS with a strong-Wolfe line search (Nocedal & Wright, Alg. 7.4 / 7.5).
+
+The functional core is :func:`lbfgs`: ``lbfgs(loss_fn, params, ...) -> Result``. The stateful
+shell :class:`LBFGS` binds parameters (a Module's, or any pytree of Tensors) and writes the
+result back into them: ``LBFGS(model.parameters()).step(loss_fn)``.
+
+Everything runs on one flat parameter vector; per iteration the vector algebra is the fused
+two-loop recursion (one launch on CPU), one axpy per trial point and one fused dot kernel per
+evaluation (``sciml/kernels/lbfgs.py``). Line-search bookkeeping is Python floats.
+
+Stopping (each honoured exactly, checked after every iteration):
+    gtol: ||g||_2 <= gtol (also checked at the start);
+    ftol: |f_k - f_{k+1}| <= ftol * max(|f_k|, |f_{k+1}|, tiny);
+    xtol: max_i |x_{k+1} - x_k|_i <= xtol;
+    max_iter: at most this many iterations (accepted steps);
+    max_eval: at most this many loss(+gradient) evaluations, counting the first one.
+The returned point is never worse than the start: a step is accepted only if it lowers the loss.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import backend
+from ..kernels import lbfgs as K
+from .line_search import strong_wolfe
+from .result import CurvatureOptimizer, Flat, IterInfo, Result, check_nonneg, check_positive_int
+
+ALL_NONFINITE = ("{where}: the loss is not finite at every trial point of the line search at iteration {it} "
+                 "(loss at the current point: {f:.6g}). The parameters were left at the last finite point; "
+                 "the loss likely overflows (check the data, the learning rate or the model).")
+GRAD_NONFINITE = ("{where}: the gradient is not finite at iteration {it} although the loss is {f:.6g}; "
+                  "check the loss for operations with infinite derivatives (sqrt(0), abs at 0 ...).")
+
+
+def _host_buf(values, dtype):
+    if backend.on_host():
+        return values
+    return backend.from_numpy(values, dtype)
+
+
+class _Vec:
+    """Flat-buffer helpers bound to one problem (n, dtype)."""
+
+    def __init__(self, n, dtype):
+        self.n, self.dtype = n, dtype
+        self.out = backend.zeros(4, "float64")
+
+    def read(self):
+        return backend.to_numpy(self.out, (4,), "float64").astype(float).tolist()
+
+    def axpy(self, x, a, d):
+        out = backend.empty(self.n, self.dtype)
+        K.axpy(x, a, d, out, self.n, self.dtype)
+        return out
+
+    def dots(self, a, b, c):
+        K.dots(a, b, c, self.out, self.n, self.dtype)
+        return self.read()
+
+
+def _check_options(where, history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2):
+    check_positive_int(where, "history", history)
+    check_positive_int(where, "max_iter", max_iter)
+    check_positive_int(where, "max_eval", max_eval, allow_none=True)
+    for name, v in (("gtol", gtol), ("ftol", ftol), ("xtol", xtol)):
+        check_nonneg(where, name, v)
+    if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"{where}: lr (the first trial step) must be a finite number > 0; got {lr!r}.")
+    if not 0 < c1 < c2 < 1:
+        raise ValueError(f"{where}: line-search constants need 0 < c1 < c2 < 1; got c1={c1!r}, c2={c2!r}.")
+
+
+def lbfgs(loss_fn, params, *, history=10, max_iter=1000, max_eval=None, gtol=1e-7, ftol=1e-12, xtol=1e-12,
+          lr=1.0, c1=1e-4, c2=0.9, max_ls=25, callback=None):
+    """Minimise ``loss_fn(params)`` by L-BFGS with a strong-Wolfe line search.
+
+    Args:
+        loss_fn: function of a pytree shaped like ``params`` returning a scalar Tensor.
+        params: pytree of float Tensors (one dtype), or a Module (its ``params()``): the start.
+        history: number of (s, y) pairs kept (m).
+        max_iter: maximum iterations (accepted steps).
+        max_eval: maximum loss evaluations, counting the first; default ``ceil(max_iter * 5 / 4)``
+            like torch (never exceeded).
+        gtol, ftol, xtol: tolerances (see the module docstring); 0 disables one.
+        lr: first trial step of each line search (the first iteration uses ``min(1, 1/||g||_2) lr``).
+        c1, c2: strong-Wolfe constants.
+        max_ls: evaluations per line search.
+        callback: ``callback(IterInfo)`` after each iteration; return True to stop.
+    Returns:
+        :class:`~sciml.optim.result.Result`; ``result.params`` is a pytree shaped like ``params``.
+    Raises:
+        FloatingPointError: the loss is not finite at the start, or at every trial of a line search
+            (``err.result`` then holds the last finite iterate).
+    Example:
+        >>> x0 = sm.tensor([-1.2, 1.0])
+        >>> r = lbfgs(lambda x: (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2, x0, gtol=1e-8)
+        >>> r.params    # ~ Tensor([1., 1.])
+    """
+    opts = _options("lbfgs", history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls)
+    prob = Flat(loss_fn, params, "lbfgs")
+    return _run(prob, opts, callback, None)[0]
+
+
+def _options(where, history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls):
+    _check_options(where, history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2)
+    check_positive_int(where, "max_ls", max_ls)
+    if max_eval is None:
+        max_eval = -(-max_iter * 5 // 4)
+    return dict(m=history, max_iter=max_iter, max_eval=int(max_eval), gtol=float(gtol), ftol=float(ftol),
+                xtol=float(xtol), lr=float(lr), c1=float(c1), c2=float(c2), max_ls=max_ls, where=where)
+
+
+class _History:
+    """The (s, y) pairs: (m, n) buffers, 1/(s.y) per slot, slots in age order, the scale gamma."""
+
+    def __init__(self, m, n, dt):
+        self.m, self.n, self.dt = m, n, dt
+        self.S = backend.zeros(m * n, dt)
+        self.Y = backend.zeros(m * n, dt)
+        self.rho = np.zeros(m, np.float64)
+        self.alpha = backend.zeros(2 * m, "float64")
+        self.slots: list[int] = []
+        self.gamma = 1.0
+
+    def direction(self, g, d):
+        m = self.m
+        order = np.array(self.slots + [0] * (m - len(self.slots)), np.int32)
+        K.two_loop(g, self.S, self.Y, _host_buf(self.rho, "float64"), self.alpha, d, _host_buf(order, "int32"),
+                   len(self.slots), self.gamma, self.n, self.dt)
+
+    def push(self, V, x_new, x, g_new, g):
+        """Store s = x_new - x, y = g_new - g if s.y > 0 (curvature); returns max |s|."""
+        if len(self.slots) == self.m:
+            slot = self.slots[0]
+        else:
+            slot = len(self.slots)
+            used = set(self.slots)
+            while slot in used:
+                slot = (slot + 1) % self.m
+        K.push_pair(x_new, x, g_new, g, self.S, self.Y, slot, V.out, self.n, self.dt)
+        sy, yy, _, s_inf = V.read()
+        if sy > 1e-10 * yy and yy > 0:
+            if len(self.slots) == self.m:
+                self.slots.pop(0)
+            self.slots.append(slot)
+            self.rho[slot] = 1.0 / sy
+            self.gamma = sy / yy
+        return s_inf
+
+
+def _run(prob, o, callback, hist):
+    """The L-BFGS loop on a :class:`Flat` problem; ``hist`` (a _History or None) carries over
+    between calls of the stateful shell. Returns (Result, history)."""
+    where, n, dt = o["where"], prob.n, prob.dtype
+    V = _Vec(n, dt)
+    if hist is None or hist.n != n or hist.dt != dt or hist.m != o["m"]:
+        hist = _History(o["m"], n, dt)
+    x = prob.x0
+    f, g = prob.value_and_grad(x)
+    prob.check_start(f)
+    gnorm = math.sqrt(V.dots(g, g, g)[2])
+    if not math.isfinite(gnorm):
+        raise FloatingPointError(GRAD_NONFINITE.format(where=where, it=0, f=f))
+    it, reason = 0, None
+    gtol, ftol, xtol = o["gtol"], o["ftol"], o["xtol"]
+    if gnorm <= gtol:
+        reason = "gtol"
+    while reason is None:
+        if it >= o["max_iter"]:
+            reason = "max_iter"
+            break
+        if prob.nfev >= o["max_eval"]:
+            reason = "max_eval"
+            break
+        d = backend.empty(n, dt)
+        if hist.slots:
+            hist.direction(g, d)
+            t = o["lr"]
+            gtd, _, _, d_inf = V.dots(g, d, d)
+        if not hist.slots or not gtd < 0:            # first step, or not a descent direction: -g
+            hist.slots.clear()
+            K.axpy(g, -2.0, g, d, n, dt)
+            gtd, _, _, d_inf = V.dots(g, d, d)
+            t = min(1.0, 1.0 / gnorm) * o["lr"]
+        x_cur, g_cur = x, g
+        finite = [0]
+
+        def phi(tt, x_cur=x_cur, d=d):
+            xt = V.axpy(x_cur, tt, d)
+            ft, gt = prob.value_and_grad(xt)
+            if not math.isfinite(ft):
+                return math.inf, math.inf, None
+            finite[0] += 1
+            gtd_t, _, ggt, _ = V.dots(d, gt, d)
+            return ft, gtd_t, (xt, gt, ggt)
+
+        budget = min(o["max_ls"], o["max_eval"] - prob.nfev)
+        t, f_new, _, st, _, _ = strong_wolfe(phi, f, gtd, t, d_inf, c1=o["c1"], c2=o["c2"], max_evals=budget)
+        if st is None or not f_new < f:
+            if not finite[0]:
+                err = FloatingPointError(ALL_NONFINITE.format(where=where, it=it + 1, f=f))
+                err.result = _result(prob, x, f, gnorm, it, "line_search", o)
+                raise err
+            reason = "max_eval" if prob.nfev >= o["max_eval"] else "line_search"
+            break
+        x_new, g_new, ggt = st
+        if not math.isfinite(ggt):
+            err = FloatingPointError(GRAD_NONFINITE.format(where=where, it=it + 1, f=f_new))
+            err.result = _result(prob, x, f, gnorm, it, "line_search", o)
+            raise err
+        s_inf = hist.push(V, x_new, x_cur, g_new, g_cur)
+        f_old = f
+        x, g, f = x_new, g_new, f_new
+        gnorm = math.sqrt(ggt)
+        it += 1
+        if callback is not None and callback(IterInfo(it, f, gnorm, t, prob.nfev, lambda x=x: prob.tree(x))):
+            reason = "callback"
+            break
+        if gnorm <= gtol:
+            reason = "gtol"
+        elif abs(f_old - f) <= ftol * max(abs(f_old), abs(f), 1e-300):
+            reason = "ftol"
+        elif s_inf <= xtol:
+            reason = "xtol"
+    return _result(prob, x, f, gnorm, it, reason, o), hist
+
+
+def _result(prob, x, f, gnorm, it, reason, o):
+    msgs = {"gtol": f"||grad|| = {gnorm:.3e} <= gtol = {o['gtol']:g}",
+            "ftol": f"relative loss change <= ftol = {o['ftol']:g}",
+            "xtol": f"max |step| <= xtol = {o['xtol']:g}",
+            "max_iter": f"reached max_iter = {o['max_iter']}",
+            "max_eval": f"reached max_eval = {o['max_eval']} evaluations",
+            "callback": "the callback asked to stop",
+            "line_search": "the line search found no point with a lower loss (at the limit of precision, "
+                           "or the evaluation budget ran out)"}
+    return Result(params=prob.tree(x), loss=f, grad_norm=gnorm, iterations=it, nfev=prob.nfev,
+                  ngev=prob.ngev, nhvp=prob.nhvp, reason=reason,
+                  message=f"{o['where']}: stopped after {it} iterations and {prob.nfev} evaluations: "
+                          f"{msgs[reason]}.")
+
+
+class LBFGS(CurvatureOptimizer):
+    """L-BFGS with a strong-Wolfe line search, as a stateful optimizer.
+
+    ``opt.step(loss_fn)`` runs up to ``max_iter`` iterations (default 20, like torch) from the
+    bound parameters' current values, writes the result into them and returns the
+    :class:`Result`; the (s, y) history carries over to the next ``step``. ``loss_fn`` takes a
+    pytree shaped like the bound params (``model.params()`` -> a dict: use ``model.apply``).
+
+    Args:
+        params: ``model.parameters()``, ``model.params()``, a Module, or None (bind later).
+        history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls: as in :func:`lbfgs`
+            (``max_iter`` and ``max_eval`` count per ``step``).
+        callback: ``callback(IterInfo)`` per iteration; return True to stop.
+    Example:
+        >>> net = sm.models.MLP([1, 16, 1], seed=0)
+        >>> opt = LBFGS(net.params(), max_iter=200)
+        >>> res = opt.step(lambda p: ((net.apply(p, x) - y) ** 2).mean())
+    """
+
+    def __init__(self, params=None, *, history=10, max_iter=20, max_eval=None, gtol=1e-7, ftol=1e-12,
+                 xtol=1e-12, lr=1.0, c1=1e-4, c2=0.9, max_ls=25, callback=None):
+        self._opts = _options("LBFGS", history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls)
+        self._callback = callback
+        self._hist = None
+        super().__init__(params)
+
+    def _init_state(self):
+        super()._init_state()
+        self._hist = None
+
+    def _minimize(self, loss_fn, values):
+        prob = Flat(loss_fn, values, "LBFGS.step")
+        res, self._hist = _run(prob, self._opts, self._callback, self._hist)
+        return res

@@ -1,0 +1,228 @@
+"""Curvature optimizers: L-BFGS, BFGS, Newton, NewtonCG, Gauss-Newton / Levenberg-Marquardt, AdaHessian."""
+import math
+
+import numpy as np
+import pytest
+
+import sciml as sm
+from sciml.models import MLP, Parameter
+from sciml.optim.lbfgs import LBFGS, lbfgs
+
+
+def rosen(x):
+    return (100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2).sum()
+
+
+def rosen_np(x):
+    return float(np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2))
+
+
+def rosen_grad_np(x):
+    g = np.zeros_like(x)
+    g[:-1] = -400.0 * x[:-1] * (x[1:] - x[:-1] ** 2) - 2.0 * (1.0 - x[:-1])
+    g[1:] += 200.0 * (x[1:] - x[:-1] ** 2)
+    return g
+
+
+def x0(n):
+    return np.tile([-1.2, 1.0], n // 2)
+
+
+def _trajectory(**kw):
+    """Reference run on 2-D Rosenbrock with every tolerance off: per-iteration (f, |g|, x)."""
+    rec = []
+    r = lbfgs(rosen, sm.tensor(x0(2)), gtol=0, ftol=0, xtol=0, max_iter=30, max_eval=1000,
+              callback=lambda i: rec.append((i.loss, i.grad_norm, i.params.numpy())), **kw)
+    return r, rec
+
+
+# --- L-BFGS -------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [2, 100])
+def test_lbfgs_rosenbrock_converges(n):
+    r = lbfgs(rosen, sm.tensor(x0(n)), gtol=1e-6, max_iter=5000, ftol=0, xtol=0)
+    assert r.reason == "gtol" and r.success
+    g = rosen_grad_np(r.params.numpy())
+    assert np.linalg.norm(g) < 1e-6
+    np.testing.assert_allclose(r.params.numpy(), 1.0, atol=1e-5)
+    assert r.nfev == r.ngev and r.nfev < 5 * r.iterations + 10
+
+
+def test_lbfgs_max_iter_exact():
+    r = lbfgs(rosen, sm.tensor(x0(100)), max_iter=7, gtol=0, ftol=0, xtol=0, max_eval=10_000)
+    assert (r.iterations, r.reason) == (7, "max_iter")
+
+
+@pytest.mark.parametrize("max_eval", [1, 2, 5, 13, 40])
+def test_lbfgs_max_eval_exact(max_eval):
+    calls = [0]
+
+    def f(x):
+        calls[0] += 1
+        return rosen(x)
+    r = lbfgs(f, sm.tensor(x0(100)), max_iter=10_000, max_eval=max_eval, gtol=0, ftol=0, xtol=0)
+    assert calls[0] == r.nfev == max_eval
+    assert r.reason == "max_eval"
+    assert r.loss <= rosen_np(x0(100))
+    assert r.loss == pytest.approx(rosen_np(r.params.numpy()), rel=1e-12)
+
+
+def test_lbfgs_gtol_exact():
+    _, rec = _trajectory()
+    k = 12
+    gtol = rec[k - 1][1]                       # reached first at iteration k (norms not monotone)
+    first = next(i for i, (_, gn, _) in enumerate(rec, 1) if gn <= gtol)
+    r = lbfgs(rosen, sm.tensor(x0(2)), gtol=gtol, ftol=0, xtol=0, max_iter=30, max_eval=1000)
+    assert (r.iterations, r.reason) == (first, "gtol")
+    assert r.grad_norm <= gtol
+
+
+def test_lbfgs_ftol_exact():
+    r0, rec = _trajectory()
+    fs = [rosen_np(x0(2))] + [f for f, _, _ in rec]
+    rel = [abs(a - b) / max(abs(a), abs(b)) for a, b in zip(fs, fs[1:])]
+    k = 15
+    ftol = rel[k - 1]
+    first = next(i for i, v in enumerate(rel, 1) if v <= ftol)
+    r = lbfgs(rosen, sm.tensor(x0(2)), gtol=0, ftol=ftol, xtol=0, max_iter=30, max_eval=1000)
+    assert (r.iterations, r.reason) == (first, "ftol")
+
+
+def test_lbfgs_xtol_exact():
+    _, rec = _trajectory()
+    xs = [x0(2)] + [x for _, _, x in rec]
+    steps = [np.abs(b - a).max() for a, b in zip(xs, xs[1:])]
+    k = 10
+    xtol = steps[k - 1]
+    first = next(i for i, v in enumerate(steps, 1) if v <= xtol)
+    r = lbfgs(rosen, sm.tensor(x0(2)), gtol=0, ftol=0, xtol=xtol, max_iter=30, max_eval=1000)
+    assert (r.iterations, r.reason) == (first, "xtol")
+
+
+@pytest.mark.parametrize("max_eval", [2, 3, 4, 6])
+def test_lbfgs_never_worse_than_start(max_eval):
+    start = np.array([0.3, -0.7, 1.1])
+
+    def rugged(x):
+        return (sm.sin(40.0 * x) + 0.01 * x * x).sum()
+    f0 = float(rugged(sm.tensor(start)))
+    r = lbfgs(rugged, sm.tensor(start), max_eval=max_eval, max_iter=100, gtol=0, ftol=0, xtol=0)
+    assert r.nfev <= max_eval
+    assert r.loss <= f0
+    assert float(rugged(r.params)) == pytest.approx(r.loss, rel=1e-12)
+
+
+def test_lbfgs_nan_at_start_is_a_clear_error():
+    with pytest.raises(FloatingPointError, match="not finite.*starting point|nan at the starting point"):
+        lbfgs(lambda x: sm.log(x - 2.0).sum(), sm.tensor([1.0, 1.5]))
+
+
+def test_lbfgs_nan_during_run_stops_with_clear_error_and_keeps_last_point():
+    calls = [0]
+
+    def f(x):
+        calls[0] += 1
+        v = rosen(x)
+        return v * float("nan") if calls[0] > 6 else v
+    p = [Parameter(x0(2))]
+    opt = LBFGS(p, max_iter=50)
+    with pytest.raises(FloatingPointError, match="not finite at every trial point"):
+        opt.step(lambda ps: f(ps[0]))
+    assert rosen_np(p[0].numpy()) <= rosen_np(x0(2))
+    assert opt.last_result.iterations >= 1
+
+
+def test_lbfgs_nonfinite_trial_backs_off():
+    # log barrier: the first trial step jumps out of the domain (nan), the search must back off
+    def f(x):
+        return (-sm.log(1.0 - x * x) + 3.0 * x).sum()
+    r = lbfgs(f, sm.tensor([0.0, 0.5]), lr=50.0, gtol=1e-9, max_iter=200)
+    assert r.reason == "gtol"
+
+
+def test_lbfgs_float32():
+    r = lbfgs(rosen, sm.tensor(x0(2), dtype="float32"), gtol=1e-4, max_iter=500)
+    assert r.params.dtype == "float32"
+    assert r.loss < 1e-6
+
+
+def test_lbfgs_pytree_params_and_shell_bind_later():
+    target = {"a": np.array([[1.0, 2.0], [3.0, 4.0]]), "b": np.array([-1.0])}
+
+    def loss(p):
+        return ((p["a"] - target["a"]) ** 4).sum() + ((p["b"] - target["b"]) ** 2).sum()
+    params = {"a": Parameter(np.zeros((2, 2))), "b": Parameter(np.zeros(1))}
+    opt = LBFGS(max_iter=200, gtol=1e-10)
+    with pytest.raises(RuntimeError, match="no parameters yet"):
+        opt.step(loss)
+    opt.bind(params)
+    r = opt.step(loss)
+    assert r.reason in ("gtol", "ftol", "xtol")
+    np.testing.assert_allclose(params["a"].numpy(), target["a"], atol=3e-3)
+    np.testing.assert_allclose(params["b"].numpy(), target["b"], atol=1e-8)
+
+
+def test_lbfgs_shell_history_carries_over_between_steps():
+    p = [Parameter(x0(100))]
+    opt = LBFGS(p, max_iter=20, gtol=1e-6, ftol=0, xtol=0)
+    its = 0
+    for _ in range(60):
+        r = opt.step(lambda ps: rosen(ps[0]))
+        its += r.iterations
+        if r.reason == "gtol":
+            break
+    assert r.reason == "gtol" and its < 700
+
+
+def test_lbfgs_errors():
+    x = sm.tensor([1.0, 2.0])
+    with pytest.raises(ValueError, match="history must be a positive integer; got 0"):
+        lbfgs(rosen, x, history=0)
+    with pytest.raises(ValueError, match="max_eval must be a positive integer"):
+        lbfgs(rosen, x, max_eval=0)
+    with pytest.raises(ValueError, match="gtol must be a finite number >= 0; got -1"):
+        lbfgs(rosen, x, gtol=-1)
+    with pytest.raises(ValueError, match="0 < c1 < c2 < 1"):
+        lbfgs(rosen, x, c1=0.9, c2=0.1)
+    with pytest.raises(ValueError, match="loss_fn must return a scalar Tensor; got shape \\(2,\\)"):
+        lbfgs(lambda x: x * 2.0, x)
+    with pytest.raises(TypeError, match="loss_fn must be callable"):
+        lbfgs(3.0, x)
+    with pytest.raises(TypeError, match="params leaf 0 is a float; expected a Tensor"):
+        lbfgs(rosen, [[1.0, 2.0]])
+    with pytest.raises(TypeError, match="mix dtypes"):
+        lbfgs(lambda p: p[0].sum(), [x, sm.tensor([1.0], dtype="float32")])
+    opt = LBFGS([Parameter(np.ones(2))])
+    with pytest.raises(TypeError, match="takes a function"):
+        opt.step(None)
+
+
+# --- every optimizer on a Module's parameters ----------------------------------------------
+def _mlp_problem():
+    net = MLP([1, 8, 1], seed=0)
+    x = sm.tensor(np.linspace(-1, 1, 32).reshape(-1, 1))
+    y = sm.tensor(np.sin(3 * np.linspace(-1, 1, 32)).reshape(-1, 1))
+
+    def loss(p):
+        return ((net.apply(p, x) - y) ** 2).mean()
+    return net, loss
+
+
+def test_lbfgs_module_regression_decreases_loss():
+    net, loss = _mlp_problem()
+    f0 = float(loss(net.params()))
+    r = LBFGS(net.parameters(), max_iter=50).step(lambda ps: loss(_as_tree(net, ps)))
+    f1 = float(loss(net.params()))
+    assert f1 == pytest.approx(r.loss, rel=1e-10) and f1 < 0.1 * f0
+
+
+def _as_tree(net, ps):
+    """parameters() is a list; apply wants the params() dict."""
+    names = [n for n, _ in net.named_parameters()]
+    tree = {}
+    for n, p in zip(names, ps):
+        d = tree
+        parts = n.split(".")
+        for k in parts[:-1]:
+            d = d.setdefault(k, {})
+        d[parts[-1]] = p
+    return tree
