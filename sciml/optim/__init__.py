@@ -3,3 +3,5 @@
 from . import schedules
 from .base import Optimizer, Transform, chain, global_norm
 from .first_order import SGD, Adagrad, Adam, AdamW, RMSprop
+from .lbfgs import LBFGS, lbfgs
+from .result import IterInfo, Result
