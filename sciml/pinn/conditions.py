@@ -1,0 +1,308 @@
+"""Boundary, initial and data conditions of a PINN problem.
+
+Each condition is a small class: where its points come from (``on``: a boundary part name
+of the geometry, such as ``'boundary'``, ``'left'``, ``'initial'``), which derivatives it
+needs, and ``residual(u, pts)``, zero when the condition holds. ``u`` is the network
+output on the condition's own points (a Field: ``d(u, 'x')`` works), ``pts`` a
+:class:`Points` record (coordinates as numpy, outward normals, precomputed values).
+
+Soft enforcement adds ``weight * mean(residual**2)`` to the loss; ``hard=True`` (Dirichlet
+on a box boundary, Initial values) builds the condition into the network output instead
+(see problem.py), so it holds exactly.
+
+Values are numbers or functions of the coordinate columns, called with numpy arrays of
+shape ``(m,)`` in coordinate order (``Initial``: the spatial ones only), e.g.
+``Initial(lambda x: -np.sin(np.pi * x))``.
+"""
+import numbers
+
+import numpy as np
+
+from ..autodiff.tensor import tensor
+from .operators import d
+
+
+class Points:
+    """A condition's points: ``x`` (numpy ``(m, dim)``), ``normal`` (``(m, dim)`` or None),
+    ``target`` (a constant ``(m, k)`` Tensor or None) and anything a condition adds."""
+
+    def __init__(self, x, names, normal=None, target=None):
+        self.x, self.names, self.normal, self.target = x, tuple(names), normal, target
+
+    def __len__(self):
+        return len(self.x)
+
+
+def _evaluate(value, cols, m, who):
+    """A number or a function of coordinate columns -> numpy (m, k) float64."""
+    if callable(value):
+        v = value(*cols)
+        if hasattr(v, "numpy") and not isinstance(v, np.ndarray):
+            v = v.numpy()
+    elif isinstance(value, numbers.Real) or isinstance(value, (list, tuple, np.ndarray)):
+        v = value
+    else:
+        raise TypeError(f"{who}: value must be a number or a function of the coordinates, got "
+                        f"{type(value).__name__}.")
+    v = np.asarray(v, dtype=np.float64)
+    if v.ndim == 0:
+        v = np.full((m, 1), float(v))
+    elif v.ndim == 1 and v.shape[0] == m:
+        v = v[:, None]
+    elif v.ndim == 1:
+        v = np.broadcast_to(v[None, :], (m, v.shape[0]))
+    if v.ndim != 2 or v.shape[0] != m:
+        raise ValueError(f"{who}: value returned shape {np.shape(v)} for {m} points; expected "
+                         f"({m},) or ({m}, k).")
+    return np.ascontiguousarray(v)
+
+
+def _select(u, component):
+    return u if component is None else u[component]
+
+
+class Condition:
+    """Base class. Subclasses set ``derivs(names)`` and ``residual(u, pts)``.
+
+    Args:
+        on: boundary part name (see ``domain.part_names``).
+        weight: loss weight (soft enforcement).
+        points: number of points to sample for this condition (default from ``solve``).
+        component: output component the condition applies to (systems), or None for all.
+        name: label in the loss history (default: the class name and ``on``).
+    """
+
+    hard = False
+    on = "boundary"
+
+    def __init__(self, on="boundary", weight=1.0, points=None, component=None, name=None):
+        self.on, self.weight, self.n_points, self.component = on, float(weight), points, component
+        self._name = name
+
+    @property
+    def name(self):
+        return self._name or f"{type(self).__name__.lower()}:{self.on}"
+
+    def derivs(self, names):
+        """Multi-indices this condition needs (tuples of coordinate axes)."""
+        return {()}
+
+    def check(self, domain):
+        """Raise a clear ValueError if the domain has no boundary part ``self.on``."""
+        if self.on not in domain.part_names:
+            raise ValueError(f"{type(self).__name__}(on={self.on!r}): the domain {domain!r} has "
+                             f"no boundary part {self.on!r}; available: "
+                             f"{', '.join(map(repr, domain.part_names))}.")
+
+    def sample(self, domain, n, rng, method):
+        """Points for this condition, a :class:`Points`."""
+        x = domain.sample_boundary(n, rng, method, part=self.on)
+        return self.prepare(domain, x)
+
+    def prepare(self, domain, x):
+        pts = Points(x, domain.names)
+        pts.target = self._target(domain, pts)
+        return pts
+
+    def _target(self, domain, pts):
+        return None
+
+    def residual(self, u, pts):
+        raise NotImplementedError
+
+
+class Dirichlet(Condition):
+    """u(x) = value(x) where ``on`` selects.
+
+    Args:
+        value: number or function of the coordinates.
+        on: boundary part (default ``'boundary'``: the whole (lateral) boundary).
+        hard: build the condition into the output (``u = g + B(x) N(x)`` with ``B`` vanishing
+            on the boundary; a box domain and ``on='boundary'``), instead of a penalty.
+    """
+
+    def __init__(self, value=0.0, on="boundary", weight=1.0, points=None, component=None,
+                 hard=False, name=None):
+        super().__init__(on, weight, points, component, name)
+        self.value, self.hard = value, bool(hard)
+
+    def _target(self, domain, pts):
+        return _evaluate(self.value, pts.x.T, len(pts), f"Dirichlet(on={self.on!r})")
+
+    def residual(self, u, pts):
+        return _select(u, self.component) - pts.target
+
+
+class Neumann(Condition):
+    """du/dn(x) = value(x) where ``on`` selects (n the outward normal, spatial part)."""
+
+    def __init__(self, value=0.0, on="boundary", weight=1.0, points=None, component=None,
+                 name=None):
+        super().__init__(on, weight, points, component, name)
+        self.value = value
+
+    def derivs(self, names):
+        return {()} | {(i,) for i, s in enumerate(names) if s != "t"}
+
+    def prepare(self, domain, x):
+        pts = super().prepare(domain, x)
+        pts.normal = domain.normal(x)
+        return pts
+
+    def _target(self, domain, pts):
+        return _evaluate(self.value, pts.x.T, len(pts), f"Neumann(on={self.on!r})")
+
+    def _dudn(self, u, pts):
+        v = _select(u, self.component)
+        out = None
+        for i, s in enumerate(pts.names):
+            if s == "t" or not np.any(pts.normal[:, i]):
+                continue
+            term = d(v, s) * pts._normal_t[i]
+            out = term if out is None else out + term
+        return out if out is not None else v * 0.0
+
+    def residual(self, u, pts):
+        return self._dudn(u, pts) - pts.target
+
+
+class Robin(Neumann):
+    """a u(x) + b du/dn(x) = value(x) where ``on`` selects."""
+
+    def __init__(self, a, b, value=0.0, on="boundary", weight=1.0, points=None, component=None,
+                 name=None):
+        super().__init__(value, on, weight, points, component, name)
+        self.a, self.b = float(a), float(b)
+
+    def residual(self, u, pts):
+        return self.a * _select(u, self.component) + self.b * self._dudn(u, pts) - pts.target
+
+
+class Periodic(Condition):
+    """u(x)|_{c = lo} = u(x)|_{c = hi} (and, with ``derivatives=1``, the same for du/dc):
+    periodic in coordinate ``c`` of a box-shaped domain."""
+
+    def __init__(self, coordinate="x", derivatives=0, weight=1.0, points=None, component=None,
+                 name=None):
+        super().__init__(f"{coordinate}_min", weight, points, component, name)
+        self.coordinate, self.order = coordinate, int(derivatives)
+
+    @property
+    def name(self):
+        return self._name or f"periodic:{self.coordinate}"
+
+    def check(self, domain):
+        if self.coordinate not in domain.names:
+            raise ValueError(f"Periodic(coordinate={self.coordinate!r}): the domain {domain!r} "
+                             f"has coordinates {domain.names}.")
+        super().check(domain)
+
+    def derivs(self, names):
+        a = names.index(self.coordinate)
+        return {()} | ({(a,)} if self.order >= 1 else set())
+
+    def prepare(self, domain, x):
+        a = domain.names.index(self.coordinate)
+        hi = domain.bbox[1][a]
+        x2 = x.copy()
+        x2[:, a] = hi
+        return Points(np.concatenate([x, x2]), domain.names)
+
+    def residual(self, u, pts):
+        v = _select(u, self.component)
+        m = len(pts) // 2
+        r = v[:m] - v[m:]
+        if self.order >= 1:
+            g = d(v, self.coordinate)
+            from ..autodiff import ops
+            r = ops.concat([r, g[:m] - g[m:]], axis=1)
+        return r
+
+
+class Initial(Condition):
+    """u(x, t0) = value(x), or with ``derivative=1``: du/dt(x, t0) = value(x).
+
+    Args:
+        value: number or function of the spatial coordinates.
+        derivative: 0 (value) or 1 (time derivative).
+        hard: build the value condition into the output (``u = u0(x) + (t - t0) N``).
+    """
+
+    def __init__(self, value, derivative=0, weight=1.0, points=None, component=None, hard=False,
+                 name=None):
+        super().__init__("initial", weight, points, component, name)
+        if derivative not in (0, 1):
+            raise ValueError(f"Initial: derivative must be 0 (value) or 1 (du/dt), got "
+                             f"{derivative!r}.")
+        if hard and derivative:
+            raise ValueError("Initial(derivative=1, hard=True): only the value can be hard; use "
+                             "a soft condition for du/dt.")
+        self.value, self.derivative, self.hard = value, derivative, bool(hard)
+
+    @property
+    def name(self):
+        return self._name or ("initial" if self.derivative == 0 else "initial:u_t")
+
+    def check(self, domain):
+        if "t" not in domain.names:
+            raise ValueError(f"Initial: the domain {domain!r} has no time coordinate 't'; make "
+                             "it space-time with `space * TimeInterval(t0, t1)`.")
+        super().check(domain)
+
+    def derivs(self, names):
+        return {()} if self.derivative == 0 else {(names.index("t"),)}
+
+    def _target(self, domain, pts):
+        cols = [pts.x[:, i] for i, s in enumerate(domain.names) if s != "t"]
+        return _evaluate(self.value, cols, len(pts), "Initial")
+
+    def residual(self, u, pts):
+        v = _select(u, self.component)
+        if self.derivative:
+            v = d(v, "t")
+        return v - pts.target
+
+
+class PointData(Condition):
+    """u(x_i) = y_i at observation points (data fitting; inverse problems).
+
+    Args:
+        points: observation points, ``(m, dim)``, inside the domain.
+        values: observed values, ``(m,)`` or ``(m, k)``.
+    """
+
+    def __init__(self, points, values, weight=1.0, component=None, name="data"):
+        super().__init__("data", weight, None, component, name)
+        x = np.asarray(points.numpy() if hasattr(points, "numpy") else points, dtype=np.float64)
+        y = np.asarray(values.numpy() if hasattr(values, "numpy") else values, dtype=np.float64)
+        if x.ndim != 2:
+            raise ValueError(f"PointData: points has shape {x.shape}; expected (m, dim).")
+        if y.ndim == 1:
+            y = y[:, None]
+        if y.ndim != 2 or y.shape[0] != x.shape[0]:
+            raise ValueError(f"PointData: values has shape {np.shape(values)}; expected "
+                             f"({x.shape[0]},) or ({x.shape[0]}, k), one row per point.")
+        self.x, self.y = x, y
+
+    def check(self, domain):
+        domain.check_inside(self.x, what="PointData points")
+
+    def sample(self, domain, n, rng, method):
+        return Points(self.x, domain.names, target=self.y)
+
+    def residual(self, u, pts):
+        return _select(u, self.component) - pts.target
+
+
+def as_target_tensors(pts, dtype):
+    """Turn a Points record's numpy target/normals into constant Tensors of ``dtype``."""
+    if pts.target is not None and not hasattr(pts.target, "_buf"):
+        pts.target = tensor(np.ascontiguousarray(pts.target), dtype)
+    if pts.normal is not None:
+        pts._normal_t = [tensor(np.ascontiguousarray(pts.normal[:, i:i + 1]), dtype)
+                         for i in range(pts.normal.shape[1])]
+    return pts
+
+
+__all__ = ["Condition", "Dirichlet", "Neumann", "Robin", "Periodic", "Initial", "PointData",
+           "Points"]
