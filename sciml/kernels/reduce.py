@@ -29,17 +29,28 @@ def _init(op, dtype):
     return {"sum": 0.0, "max": -big * 10, "min": big * 10}[op]  # *10 -> +-inf
 
 
+MAX_SEQ = 8192  # longest sequential inner loop: longer reductions go through partials first
+
+
 def reduce(op: str, x, out, outer: int, r: int, inner: int, dtype: str):
-    """out[a, b] = op_j x[a, j, b] for the contiguous view (outer, r, inner)."""
+    """out[a, b] = op_j x[a, j, b] for the contiguous view (outer, r, inner).
+
+    Long reductions run in two passes (partials over chunks of the reduced axis, then the
+    partials): this gives the CPU parallel work when there are few outputs, and keeps every
+    sequential loop short on Vulkan, where loops past 65535 iterations were measured to stop
+    early (lavapipe; wrong sums, no error).
+    """
     nout = outer * inner
-    if nout == 1 and r >= C.SERIAL_BELOW and C.backend.on_host():
+    if r > MAX_SEQ and (nout < 64 or not C.backend.on_host()):
         from .. import backend
-        part = backend.empty(CHUNKS, dtype)
-        chunk = -(-r // CHUNKS)
+        nch = min(CHUNKS, -(-r // 1024)) if C.backend.on_host() else -(-r // 2048)
+        chunk = -(-r // nch)
+        nch = -(-r // chunk)
+        part = backend.empty(outer * nch * inner, dtype)
         k = C.cached(("reduce_chunks", op, dtype), lambda: _build_chunks(op, dtype))
-        k(x, part, r, chunk)
-        x, r = part, CHUNKS
-    serial = C.launch_mode(nout * max(r, 1)) or nout < 4
+        k(x, part, outer, r, inner, chunk, nch)
+        return reduce(op, part, out, outer, nch, inner, dtype)
+    serial = C.launch_mode(nout * max(r, 1)) or (nout < 4 and C.backend.on_host())  # never on devices
     k = C.cached(("reduce", op, dtype, serial), lambda: _build(op, dtype, serial))
     k(x, out, outer, r, inner)
 
@@ -69,14 +80,19 @@ def _build_chunks(op, dtype):
     T = C.backend.ti_dtype(dtype)
 
     @ti.kernel
-    def k(x: A, part: A, n: ti.i32, chunk: ti.i32):
-        for c in range(part.shape[0]):
-            acc = ti.cast(init, T)
+    def k(x: A, part: A, outer: ti.i32, r: ti.i32, inner: ti.i32, chunk: ti.i32, nch: ti.i32):
+        for t in range(outer * nch * inner):
+            a = t // (nch * inner)
+            rem = t % (nch * inner)
+            c = rem // inner
+            b = rem % inner
             lo = c * chunk
-            hi = ti.min(lo + chunk, n)
+            hi = ti.min(lo + chunk, r)
+            base = a * r * inner + b
+            acc = ti.cast(init, T)
             for j in range(lo, hi):
-                acc = f(acc, x[j])
-            part[c] = acc
+                acc = f(acc, x[base + j * inner])
+            part[t] = acc
     return k
 
 

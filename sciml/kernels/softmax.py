@@ -2,8 +2,13 @@
 from . import _common as C
 
 
+DEVICE_MAX_COLS = 2048  # on devices one invocation per row must stay short (see reduce.py)
+
+
 def rowwise(op: str, x, out, rows: int, cols: int, dtype: str):
     """op in "softmax" | "log_softmax" (out has rows*cols) | "logsumexp" (out has rows)."""
+    if cols > DEVICE_MAX_COLS and not C.backend.on_host():
+        return _rowwise_long(op, x, out, rows, cols, dtype)
     serial = C.launch_mode(rows * cols)
     k = C.cached(("rowwise", op, dtype, serial), lambda: _build(op, dtype, serial))
     k(x, out, rows, cols)
@@ -36,3 +41,28 @@ def _build(op, dtype, serial):
             else:
                 out[r] = m + ti.log(s)
     return k
+
+
+def _rowwise_long(op, x, out, rows, cols, dtype):
+    """Long rows on devices: max and sums through the chunked reduction, pointwise in between."""
+    from .. import backend
+    from . import elementwise as E
+    from . import reduce as R
+    n = rows * cols
+    m = backend.empty(rows, dtype)
+    R.reduce("max", x, m, rows, cols, 1, dtype)
+    sh = backend.empty(n, dtype)
+    E.binary("sub", x, m, sh, (rows, cols), (rows, 1), (rows, cols), dtype, dtype)
+    e = backend.empty(n, dtype)
+    E.unary("exp", sh, e, n, dtype)
+    s = backend.empty(rows, dtype)
+    R.reduce("sum", e, s, rows, cols, 1, dtype)
+    if op == "softmax":
+        E.binary("div", e, s, out, (rows, cols), (rows, 1), (rows, cols), dtype, dtype)
+        return
+    ls = backend.empty(rows, dtype)
+    E.unary("log", s, ls, rows, dtype)
+    if op == "log_softmax":
+        E.binary("sub", sh, ls, out, (rows, cols), (rows, 1), (rows, cols), dtype, dtype)
+    else:
+        E.binary("add", m, ls, out, (rows,), (rows,), (rows,), dtype, dtype)
