@@ -17,3 +17,10 @@ from .autodiff.ops import (abs, add, astype, broadcast_to, clip, concat, cos, di
 
 __version__ = "0.1.0"
 float32, float64, int32 = "float32", "float64", "int32"
+
+
+def __getattr__(name):  # subpackages imported on first use (sciml.physics imports taichi at import time)
+    if name in ("physics",):
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'sciml' has no attribute {name!r}")
