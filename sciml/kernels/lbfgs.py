@@ -14,6 +14,12 @@ def _par(n):
     return C.launch_mode(n)
 
 
+def acc_dtype(dtype: str) -> str:
+    """Dtype of the scalar outputs (dots, rho, alpha): float64 on CPU; the parameters' dtype on
+    devices, where float64 atomics are not portable (Vulkan)."""
+    return "float64" if backend.on_host() else dtype
+
+
 def axpy(x, a: float, d, out, n: int, dtype: str):
     """out = x + a * d."""
     serial = _par(n)
@@ -24,9 +30,10 @@ def axpy(x, a: float, d, out, n: int, dtype: str):
 def _build_axpy(dtype, serial):
     ti, A = C.ti(), C.arr(dtype)
     T = backend.ti_dtype(dtype)
+    FT = backend.ti_dtype(acc_dtype(dtype))
 
     @ti.kernel
-    def k(x: A, a: ti.f64, d: A, out: A, n: ti.i32):
+    def k(x: A, a: FT, d: A, out: A, n: ti.i32):
         ti.loop_config(serialize=serial)
         for i in range(n):
             out[i] = x[i] + ti.cast(a, T) * d[i]
@@ -34,14 +41,15 @@ def _build_axpy(dtype, serial):
 
 
 def dots(a, b, c, out, n: int, dtype: str):
-    """out[0] = a.b, out[1] = a.c, out[2] = b.b (float64 accumulation), out[3] = max |b|."""
+    """out[0] = a.b, out[1] = a.c, out[2] = b.b (in ``acc_dtype``), out[3] = max |b|."""
     serial = _par(n)
     k = C.cached(("opt_dots", dtype, serial), lambda: _build_dots(dtype, serial))
     k(a, b, c, out, n)
 
 
 def _build_dots(dtype, serial):
-    ti, A, F = C.ti(), C.arr(dtype), C.arr("float64")
+    ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
+    FT = backend.ti_dtype(acc_dtype(dtype))
 
     @ti.kernel
     def k(a: A, b: A, c: A, out: F, n: ti.i32):
@@ -49,23 +57,24 @@ def _build_dots(dtype, serial):
             out[j] = 0.0
         ti.loop_config(serialize=serial)
         for i in range(n):
-            bi = ti.cast(b[i], ti.f64)
-            out[0] += ti.cast(a[i], ti.f64) * bi
-            out[1] += ti.cast(a[i], ti.f64) * ti.cast(c[i], ti.f64)
+            bi = ti.cast(b[i], FT)
+            out[0] += ti.cast(a[i], FT) * bi
+            out[1] += ti.cast(a[i], FT) * ti.cast(c[i], FT)
             out[2] += bi * bi
             ti.atomic_max(out[3], ti.abs(bi))
     return k
 
 
 def push_pair(x_new, x, g_new, g, S, Y, slot: int, out, n: int, dtype: str):
-    """S[slot] = x_new - x, Y[slot] = g_new - g; out = [s.y, y.y, s.s, max|s|] (float64)."""
+    """S[slot] = x_new - x, Y[slot] = g_new - g; out = [s.y, y.y, s.s, max|s|] (``acc_dtype``)."""
     serial = _par(n)
     k = C.cached(("opt_push", dtype, serial), lambda: _build_push(dtype, serial))
     k(x_new, x, g_new, g, S, Y, slot, out, n)
 
 
 def _build_push(dtype, serial):
-    ti, A, F = C.ti(), C.arr(dtype), C.arr("float64")
+    ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
+    FT = backend.ti_dtype(acc_dtype(dtype))
 
     @ti.kernel
     def k(x_new: A, x: A, g_new: A, g: A, S: A, Y: A, slot: ti.i32, out: F, n: ti.i32):
@@ -77,7 +86,7 @@ def _build_push(dtype, serial):
             y = g_new[i] - g[i]
             S[slot * n + i] = s
             Y[slot * n + i] = y
-            sd, yd = ti.cast(s, ti.f64), ti.cast(y, ti.f64)
+            sd, yd = ti.cast(s, FT), ti.cast(y, FT)
             out[0] += sd * yd
             out[1] += yd * yd
             out[2] += sd * sd
@@ -88,9 +97,9 @@ def _build_push(dtype, serial):
 def two_loop(g, S, Y, rho, alpha, d, order, used: int, gamma: float, n: int, dtype: str):
     """d = -H g by the L-BFGS two-loop recursion.
 
-    ``S``, ``Y``: (m, n) history buffers (row-major, flat); ``rho``: float64 (m,) with 1/(s.y);
+    ``S``, ``Y``: (m, n) history buffers (row-major, flat); ``rho``: ``acc_dtype`` (m,) with 1/(s.y);
     ``order``: int32 (m,) slot indices, oldest first, of which the first ``used`` are valid;
-    ``alpha``: float64 (2m,) scratch; ``gamma``: the initial inverse-Hessian scale.
+    ``alpha``: ``acc_dtype`` (2m,) scratch; ``gamma``: the initial inverse-Hessian scale.
     """
     if backend.on_host():
         k = C.cached(("opt_twoloop", dtype), lambda: _build_two_loop_serial(dtype))
@@ -108,11 +117,12 @@ def two_loop(g, S, Y, rho, alpha, d, order, used: int, gamma: float, n: int, dty
 
 
 def _build_two_loop_serial(dtype):
-    ti, A, F, I = C.ti(), C.arr(dtype), C.arr("float64"), C.arr("int32")
+    ti, A, F, I = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype)), C.arr("int32")
     T = backend.ti_dtype(dtype)
+    FT = backend.ti_dtype(acc_dtype(dtype))
 
     @ti.kernel
-    def k(g: A, S: A, Y: A, rho: F, alpha: F, d: A, order: I, used: ti.i32, gamma: ti.f64, n: ti.i32):
+    def k(g: A, S: A, Y: A, rho: F, alpha: F, d: A, order: I, used: ti.i32, gamma: FT, n: ti.i32):
         ti.loop_config(serialize=True)
         for _ in range(1):
             for i in range(n):
@@ -120,9 +130,9 @@ def _build_two_loop_serial(dtype):
             for jj in range(used):
                 j = used - 1 - jj
                 r = order[j]
-                acc = 0.0
+                acc = ti.cast(0.0, FT)
                 for i in range(n):
-                    acc += ti.cast(S[r * n + i], ti.f64) * ti.cast(d[i], ti.f64)
+                    acc += ti.cast(S[r * n + i], FT) * ti.cast(d[i], FT)
                 a = rho[r] * acc
                 alpha[r] = a
                 for i in range(n):
@@ -131,9 +141,9 @@ def _build_two_loop_serial(dtype):
                 d[i] *= ti.cast(gamma, T)
             for j in range(used):
                 r = order[j]
-                acc = 0.0
+                acc = ti.cast(0.0, FT)
                 for i in range(n):
-                    acc += ti.cast(Y[r * n + i], ti.f64) * ti.cast(d[i], ti.f64)
+                    acc += ti.cast(Y[r * n + i], FT) * ti.cast(d[i], FT)
                 b = rho[r] * acc
                 c = ti.cast(alpha[r] - b, T)
                 for i in range(n):
@@ -142,8 +152,9 @@ def _build_two_loop_serial(dtype):
 
 
 def _build_two_loop_device(dtype):
-    ti, A, F, I = C.ti(), C.arr(dtype), C.arr("float64"), C.arr("int32")
+    ti, A, F, I = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype)), C.arr("int32")
     T = backend.ti_dtype(dtype)
+    FT = backend.ti_dtype(acc_dtype(dtype))
     BIG = 1000000
 
     @ti.kernel
@@ -152,31 +163,31 @@ def _build_two_loop_device(dtype):
             d[i] = -g[i]
 
     @ti.kernel
-    def scale(d: A, gamma: ti.f64, n: ti.i32):
+    def scale(d: A, gamma: FT, n: ti.i32):
         for i in range(n):
             d[i] *= ti.cast(gamma, T)
 
     @ti.kernel
     def dot(M: A, d: A, rho: F, alpha: F, order: I, jcode: ti.i32, n: ti.i32):
-        # jcode < BIG: alpha[r] = rho_r M_r.d; jcode >= BIG: alpha[m + r] = rho_r M_r.d (beta)
-        j = jcode % BIG
-        r = order[j]
-        m = order.shape[0]
-        dst = r if jcode < BIG else m + r
-        alpha[dst] = 0.0
+        # jcode < BIG: alpha[r] (first loop); jcode >= BIG: alpha[m + r] (beta, second loop)
+        for _ in range(1):
+            r0 = order[jcode % BIG]
+            alpha[ti.select(jcode < BIG, r0, order.shape[0] + r0)] = ti.cast(0.0, FT)
         for i in range(n):
-            alpha[dst] += rho[r] * ti.cast(M[r * n + i], ti.f64) * ti.cast(d[i], ti.f64)
+            r = order[jcode % BIG]
+            dst = ti.select(jcode < BIG, r, order.shape[0] + r)
+            alpha[dst] += rho[r] * ti.cast(M[r * n + i], FT) * ti.cast(d[i], FT)
 
     @ti.kernel
     def axpy1(Y: A, d: A, alpha: F, order: I, j: ti.i32, n: ti.i32):
-        r = order[j]
         for i in range(n):
+            r = order[j]
             d[i] -= ti.cast(alpha[r], T) * Y[r * n + i]
 
     @ti.kernel
     def axpy2(S: A, d: A, alpha: F, order: I, j: ti.i32, n: ti.i32):
-        r = order[j]
-        m = order.shape[0]
         for i in range(n):
+            r = order[j]
+            m = order.shape[0]
             d[i] += ti.cast(alpha[r] - alpha[m + r], T) * S[r * n + i]
     return {"neg": neg, "scale": scale, "dot": dot, "axpy1": axpy1, "axpy2": axpy2}

@@ -45,10 +45,11 @@ class _Vec:
 
     def __init__(self, n, dtype):
         self.n, self.dtype = n, dtype
-        self.out = backend.zeros(4, "float64")
+        self.acc = K.acc_dtype(dtype)
+        self.out = backend.zeros(4, self.acc)
 
     def read(self):
-        return backend.to_numpy(self.out, (4,), "float64").astype(float).tolist()
+        return backend.to_numpy(self.out, (4,), self.acc).astype(float).tolist()
 
     def axpy(self, x, a, d):
         out = backend.empty(self.n, self.dtype)
@@ -120,14 +121,15 @@ class _History:
         self.S = backend.zeros(m * n, dt)
         self.Y = backend.zeros(m * n, dt)
         self.rho = np.zeros(m, np.float64)
-        self.alpha = backend.zeros(2 * m, "float64")
+        self.acc = K.acc_dtype(dt)
+        self.alpha = backend.zeros(2 * m, self.acc)
         self.slots: list[int] = []
         self.gamma = 1.0
 
     def direction(self, g, d):
         m = self.m
         order = np.array(self.slots + [0] * (m - len(self.slots)), np.int32)
-        K.two_loop(g, self.S, self.Y, _host_buf(self.rho, "float64"), self.alpha, d, _host_buf(order, "int32"),
+        K.two_loop(g, self.S, self.Y, _host_buf(self.rho, self.acc), self.alpha, d, _host_buf(order, "int32"),
                    len(self.slots), self.gamma, self.n, self.dt)
 
     def push(self, V, x_new, x, g_new, g):
