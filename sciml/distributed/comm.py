@@ -1,0 +1,219 @@
+"""The process group: MPI (mpi4py over OpenMPI) when launched by ``mpirun``, else one process.
+
+Every collective here is non-blocking MPI (``Iallreduce``, ``Ibcast``, ``Ibarrier``) polled
+against a deadline, so a rank that died or stopped taking part makes the others fail with a
+message that says so (then ``MPI_Abort`` ends the whole job) instead of hanging forever.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+LAUNCHER_ENV = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "MPI_LOCALNRANKS",
+                "MV2_COMM_WORLD_SIZE", "HYDRA_CONTROL_FD")
+DEFAULT_TIMEOUT = 300.0  # seconds; SCIML_DIST_TIMEOUT or init(timeout=...) change it
+
+TIMEOUT_MSG = ("sciml.distributed: {what} timed out on rank {rank} of {size} after {timeout:g} s waiting for "
+               "the other ranks. A rank died, hangs, or runs a different sequence of collectives (every rank "
+               "must call the same collectives in the same order). Aborting the MPI job. Raise the limit with "
+               "SCIML_DIST_TIMEOUT=<seconds> or sciml.distributed.init(timeout=...) if ranks legitimately "
+               "wait longer (e.g. rank 0 writing a large checkpoint).")
+NO_MPI4PY = ("sciml.distributed.init(backend='mpi'): mpi4py is not installed. Install it with "
+             "`pip install 'sciml[mpi]'` (needs an MPI library: Debian `apt-get install openmpi-bin "
+             "libopenmpi-dev`).")
+
+
+class DistributedTimeoutError(RuntimeError):
+    """A collective did not complete before the deadline (raised when ``on_timeout='raise'``)."""
+
+
+class _Group:
+    """State of the process group (one per process)."""
+
+    def __init__(self):
+        self.initialized = False
+        self.comm = None          # mpi4py communicator, or None when single-process
+        self.MPI = None
+        self.rank = 0
+        self.size = 1
+        self.timeout = DEFAULT_TIMEOUT
+        self.on_timeout = "abort"
+
+
+_G = _Group()
+
+
+def launched_by_mpirun() -> bool:
+    """True when an MPI launcher (mpirun / mpiexec / srun with PMI) started this process."""
+    return any(k in os.environ for k in LAUNCHER_ENV)
+
+
+def init(backend: str = "auto", timeout: float | None = None, on_timeout: str = "abort",
+         abort_on_exception: bool = True) -> tuple[int, int]:
+    """Join the process group; returns ``(rank, world_size)``. Safe to call more than once.
+
+    Args:
+        backend: ``"auto"`` (MPI when mpi4py is installed and the process was started by ``mpirun``,
+            else a single process), ``"mpi"`` (MPI, or an error saying what is missing) or ``"none"``
+            (single process).
+        timeout: seconds a collective may wait for the other ranks before the job is aborted with a
+            clear message. Default: env ``SCIML_DIST_TIMEOUT`` or 300.
+        on_timeout: ``"abort"`` (print the message, then ``MPI_Abort`` the whole job) or ``"raise"``
+            (raise :class:`DistributedTimeoutError` on this rank only; the others may still hang).
+        abort_on_exception: under MPI, an uncaught exception on any rank prints its traceback and
+            aborts the job at once (otherwise the other ranks would wait for it until the timeout).
+
+    Example:
+        >>> from sciml import distributed as dist
+        >>> rank, size = dist.init()       # (0, 1) without mpirun; (r, N) under `mpirun -np N`
+    """
+    if backend not in ("auto", "mpi", "none"):
+        raise ValueError(f"sciml.distributed.init(backend=...): got {backend!r}; expected 'auto', 'mpi' or 'none'.")
+    if on_timeout not in ("abort", "raise"):
+        raise ValueError(f"sciml.distributed.init(on_timeout=...): got {on_timeout!r}; expected 'abort' or 'raise'.")
+    if timeout is None:
+        env = os.environ.get("SCIML_DIST_TIMEOUT")
+        timeout = float(env) if env else (_G.timeout if _G.initialized else DEFAULT_TIMEOUT)
+    timeout = float(timeout)
+    if not timeout > 0:
+        raise ValueError(f"sciml.distributed.init(timeout=...): got {timeout!r}; expected a positive number of seconds.")
+    _G.timeout, _G.on_timeout = timeout, on_timeout
+    if _G.initialized:
+        return _G.rank, _G.size
+    use_mpi = False
+    if backend == "mpi":
+        use_mpi = True
+    elif backend == "auto" and launched_by_mpirun():
+        try:
+            import mpi4py  # noqa: F401
+            use_mpi = True
+        except ImportError:
+            if int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1"))) > 1:
+                print("sciml.distributed: started by mpirun but mpi4py is not installed; every rank runs "
+                      "alone (install it: pip install 'sciml[mpi]').", file=sys.stderr)
+    if use_mpi:
+        try:
+            from mpi4py import MPI
+        except ImportError as e:
+            raise RuntimeError(NO_MPI4PY) from e
+        _G.MPI, _G.comm = MPI, MPI.COMM_WORLD
+        _G.rank, _G.size = _G.comm.Get_rank(), _G.comm.Get_size()
+        if abort_on_exception and _G.size > 1:
+            _install_excepthook()
+    _G.initialized = True
+    return _G.rank, _G.size
+
+
+def _ensure():
+    if not _G.initialized:
+        init()
+    return _G
+
+
+def _install_excepthook():
+    prev = sys.excepthook
+
+    def hook(tp, value, tb):
+        if tp is KeyboardInterrupt:
+            return prev(tp, value, tb)
+        sys.stderr.write(f"sciml.distributed: uncaught exception on rank {_G.rank} of {_G.size}; "
+                         "aborting the MPI job so the other ranks do not wait for it:\n")
+        sys.stderr.write("".join(traceback.format_exception(tp, value, tb)))
+        sys.stderr.flush()
+        abort(1)
+    sys.excepthook = hook
+
+
+def rank() -> int:
+    """This process's rank (0 when not running under MPI)."""
+    return _ensure().rank
+
+
+def world_size() -> int:
+    """Number of processes in the job (1 when not running under MPI)."""
+    return _ensure().size
+
+
+def is_main() -> bool:
+    """True on rank 0: the rank that prints progress and writes checkpoints and plots."""
+    return _ensure().rank == 0
+
+
+def is_distributed() -> bool:
+    """True when more than one process takes part."""
+    return _ensure().size > 1
+
+
+def timeout() -> float:
+    """Seconds a collective waits for the other ranks before failing."""
+    return _ensure().timeout
+
+
+def abort(code: int = 1):
+    """End every rank of the job (``MPI_Abort``); a plain exit when single-process."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if _G.comm is not None:
+        _G.comm.Abort(code)
+    os._exit(code)  # pragma: no cover - Abort does not return
+
+
+def wait(req, what: str):
+    """Poll a non-blocking MPI request until it completes or the deadline passes."""
+    if req.Test():
+        return
+    deadline = time.monotonic() + _G.timeout
+    spins, pause = 0, 2e-5
+    while not req.Test():
+        spins += 1
+        if spins > 200:  # after a short busy phase, back off to at most 1 ms between polls
+            time.sleep(pause)
+            pause = min(pause * 1.5, 1e-3)
+            if time.monotonic() > deadline:
+                msg = TIMEOUT_MSG.format(what=what, rank=_G.rank, size=_G.size, timeout=_G.timeout)
+                if _G.on_timeout == "raise":
+                    raise DistributedTimeoutError(msg)
+                sys.stderr.write(msg + "\n")
+                abort(3)
+
+
+def barrier():
+    """Wait until every rank gets here (with the collective timeout)."""
+    g = _ensure()
+    if g.size > 1:
+        wait(g.comm.Ibarrier(), "barrier()")
+
+
+def allreduce_buffer(buf: np.ndarray, op: str = "sum", what: str = "all_reduce") -> np.ndarray:
+    """Sum (``op="sum"``), max or min of a contiguous numpy buffer over ranks, in place; returns it."""
+    g = _ensure()
+    if g.size > 1 and buf.size:
+        mpi_op = {"sum": g.MPI.SUM, "max": g.MPI.MAX, "min": g.MPI.MIN}[op]
+        wait(g.comm.Iallreduce(g.MPI.IN_PLACE, buf, op=mpi_op), what)
+    return buf
+
+
+def bcast_buffer(buf: np.ndarray, root: int = 0, what: str = "broadcast") -> np.ndarray:
+    """Copy rank ``root``'s contiguous numpy buffer into ``buf`` on every rank, in place; returns it."""
+    g = _ensure()
+    if g.size > 1 and buf.size:
+        wait(g.comm.Ibcast(buf, root=root), what)
+    return buf
+
+
+def bcast_object(obj, root: int = 0):
+    """Broadcast a small picklable Python object from ``root`` (lengths, then bytes; with the timeout)."""
+    import pickle
+    g = _ensure()
+    if g.size == 1:
+        return obj
+    data = np.frombuffer(pickle.dumps(obj), np.uint8) if g.rank == root else None
+    n = np.array([0 if data is None else data.size], np.int64)
+    bcast_buffer(n, root, "broadcast of an object (size)")
+    buf = data.copy() if data is not None else np.empty(int(n[0]), np.uint8)
+    bcast_buffer(buf, root, "broadcast of an object")
+    return pickle.loads(buf.tobytes()) if g.rank != root else obj
