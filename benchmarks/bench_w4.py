@@ -1,0 +1,127 @@
+"""W4: curvature. (a) Hessian-vector product of the W1 MLP loss (784-512-512-10 relu, softmax
+cross-entropy, batch 256, float32); (b) the full Hessian of a 1-16-16-1 tanh MLP MSE
+(321 parameters, 64 points, float32). sciml vs PyTorch (double backward, torch.func) and JAX,
+same process, seeded inputs from ``benchmarks/peers/common.py``.
+
+sciml: (a) ``sciml.autodiff.curvature.hvp`` (forward over reverse: JVP rules through the
+backward pass); (b) ``sciml.autodiff.curvature.hessian_dense`` (forward + gradient graph once,
+then one backward pass of the gradient graph per row), and ``sciml.hessian`` (jacfwd of jacrev)
+for comparison.
+
+    python -m benchmarks.bench_w4 [--repeat 10] [--only W4a|W4b] [--no-peers]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import peers  # noqa: E402
+from benchmarks.peers import common as PC  # noqa: E402
+
+
+def _sm():
+    import sciml as sm
+    sm.init(arch="cpu", dtype="float32")
+    return sm
+
+
+def _mlp(sm, ps, x, act):
+    h = x
+    for i in range(0, len(ps), 2):
+        h = sm.matmul(h, ps[i]) + ps[i + 1]
+        if i + 2 < len(ps):
+            h = act(h)
+    return h
+
+
+def w4a(repeat):
+    sm = _sm()
+    from sciml.autodiff import curvature as CV
+    d = PC.w4a_inputs(0)
+    x = sm.tensor(d["x"], "float32")
+    onehot = np.zeros((len(d["y"]), PC.W1_SIZES[-1]), np.float32)
+    onehot[np.arange(len(d["y"])), d["y"]] = 1.0
+    oh = sm.tensor(onehot, "float32")
+    ps = [sm.tensor(a, "float32") for pair in d["params"] for a in pair]
+    v = [sm.tensor(a, "float32") for pair in d["v"] for a in pair]
+
+    def loss(p):
+        logits = _mlp(sm, p, x, sm.relu)
+        return -(sm.log_softmax(logits, axis=-1) * oh).sum() * (1.0 / len(d["y"]))
+
+    def run():
+        hv = CV.hvp(loss, ps, v)
+        return [h.numpy() for h in hv[-1:]]  # block on the result
+    hv = np.concatenate([h.numpy().ravel() for h in CV.hvp(loss, ps, v)])
+    s = peers.timeit_samples(run, 2, repeat)
+    return peers.make_result("sciml/W4a_hvp_fwd_over_rev", s, hv_norm=float(np.linalg.norm(hv.astype(np.float64))),
+                             dtype="float32")
+
+
+def w4b(repeat):
+    sm = _sm()
+    from sciml.autodiff import curvature as CV
+    d = PC.w4b_inputs(0, np.float32)
+    x, y = sm.tensor(d["x"], "float32"), sm.tensor(d["y"], "float32")
+    sizes = d["sizes"]
+    theta = sm.tensor(d["theta"], "float32")
+
+    def loss_flat(th):
+        ps, k = [], 0
+        for i, o in zip(sizes[:-1], sizes[1:]):
+            ps.append(sm.reshape(th[k:k + i * o], (i, o)))
+            k += i * o
+            ps.append(th[k:k + o])
+            k += o
+        e = _mlp(sm, ps, x, sm.tanh) - y
+        return (e * e).mean()
+
+    H = CV.hessian_dense(loss_flat, theta).numpy().astype(np.float64)
+    s = peers.timeit_samples(lambda: CV.hessian_dense(loss_flat, theta).numpy(), 1, repeat)
+    out = [peers.make_result("sciml/W4b_hessian_dense_rows", s, n_params=theta.size,
+                             hess_fro=float(np.linalg.norm(H)), hess_asym=float(np.abs(H - H.T).max()),
+                             dtype="float32")]
+    s = peers.timeit_samples(lambda: sm.hessian(loss_flat)(theta).numpy(), 0, max(2, repeat // 4))
+    out.append(peers.make_result("sciml/W4b_hessian_jacfwd_jacrev", s, n_params=theta.size, dtype="float32"))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--only", choices=["W4a", "W4b"])
+    ap.add_argument("--no-peers", action="store_true")
+    a = ap.parse_args(argv)
+    res = []
+    tp = None if a.no_peers else peers.load_peer("torch")
+    jp = None if a.no_peers else peers.load_peer("jax")
+    if a.only in (None, "W4a"):
+        res.append(w4a(a.repeat))
+        if tp is not None:
+            res += tp.torch_w4a_hvp(repeat=a.repeat)
+        if jp is not None:
+            res.append(jp.jax_w4a_hvp(repeat=a.repeat))
+    if a.only in (None, "W4b"):
+        res += w4b(a.repeat)
+        if tp is not None:
+            res.append(tp.torch_w4b_hessian(repeat=a.repeat))
+        if jp is not None:
+            res.append(jp.jax_w4b_hessian(repeat=a.repeat))
+    print(peers.format_table(res, "W4: HVP of the W1 MLP loss (a) and full 321x321 Hessian (b), float32, CPU"))
+    for key in ("W4a", "W4b"):
+        mine = [r for r in res if r["name"].startswith("sciml/" + key)]
+        torch_ = [r for r in res if r["name"].startswith("torch/" + key)]
+        if mine and torch_:
+            best = min(r["median_s"] for r in torch_)
+            print(f"{key}: sciml {mine[0]['median_s'] * 1e3:.2f} ms = {mine[0]['median_s'] / best:.2f}x the faster "
+                  f"PyTorch ({best * 1e3:.2f} ms)")
+    return res
+
+
+if __name__ == "__main__":
+    main()
