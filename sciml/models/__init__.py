@@ -8,3 +8,5 @@ from .module import Buffer, Module, Parameter, load_state
 from .layers import MLP, Flatten, Identity, Linear, Sequential
 from .activations import (GELU, LogSoftmax, ReLU, SiLU, Sigmoid, Sin, Softmax, Softplus, Tanh, gelu, relu, sigmoid,
                           silu, sin, softplus, tanh)
+from . import losses
+from .losses import (accuracy, binary_cross_entropy_with_logits, cross_entropy, huber, l1, mse, nll, one_hot)

@@ -1,7 +1,8 @@
 """Dense layers and containers: Linear, MLP, Sequential, Flatten, Identity."""
 from __future__ import annotations
 
-from ..autodiff.ops import matmul, reshape, tanh
+from ..autodiff.ops import matmul, relu, reshape, sigmoid, tanh
+from ..autodiff.ops.conv import bias_act
 from ..autodiff.tensor import Tensor, as_tensor
 from . import init as I
 from .module import Module, Parameter
@@ -31,16 +32,32 @@ class Linear(Module):
         self.bias = Parameter(I.zeros((self.out_features,), dtype=self.weight.dtype)) if bias else None
 
     def forward(self, x):
+        x = self._check(x)
+        return _dense(x, self.weight, self.bias, "identity")
+
+    def _check(self, x):
         x = as_tensor(x)
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             lead = "(n, " if x.ndim <= 2 else "(..., "
             raise ValueError(f"Linear(in_features={self.in_features}): x has shape {x.shape}; "
                              f"expected {lead}{self.in_features}).")
-        y = matmul(x, self.weight)
-        return y if self.bias is None else y + self.bias
+        return x
 
     def extra_repr(self):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def _dense(x, W, b, act):
+    """act(x @ W + b): one GEMM and one fused bias/activation kernel (``sciml.autodiff.ops.conv.bias_act``)."""
+    h = matmul(x, W)
+    if b is None:
+        return h
+    if isinstance(b, Tensor) and b.ndim == 1 and b.dtype == h.dtype and isinstance(W, Tensor):
+        return bias_act(h, b, act)
+    return h + b
+
+
+_FUSED_ACTS = {relu: "relu", tanh: "tanh", sigmoid: "sigmoid"}
 
 
 class MLP(Module):
@@ -66,8 +83,13 @@ class MLP(Module):
         self.activation = activation
 
     def forward(self, x):
+        act = _FUSED_ACTS.get(self.activation)
         for layer in self.layers[:-1]:
-            x = self.activation(layer(x))
+            if act is not None and layer.bias is not None:
+                layer._check(x)
+                x = _dense(x, layer.weight, layer.bias, act)   # GEMM + one fused bias/activation kernel
+            else:
+                x = self.activation(layer(x))
         return self.layers[-1](x)
 
     def extra_repr(self):

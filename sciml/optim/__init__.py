@@ -3,5 +3,8 @@
 from . import schedules
 from .base import Optimizer, Transform, chain, global_norm
 from .first_order import SGD, Adagrad, Adam, AdamW, RMSprop
+from .transforms import (add_decayed_weights, clip_by_global_norm, identity, scale, scale_by_adagrad, scale_by_adam,
+                         scale_by_lr, scale_by_rms, scale_by_schedule, trace)
+from .aliases import adagrad, adam, adamw, rmsprop, sgd
 from .lbfgs import LBFGS, lbfgs
 from .result import IterInfo, Result

@@ -203,3 +203,70 @@ def test_errors():
         opt.load_state_dict(SGD(p, momentum=0.9).state_dict())
     with pytest.raises(ValueError, match="has 2 values; parameter 0 has shape"):
         opt.load_state_dict(Adam([Parameter(np.zeros(2))]).state_dict())
+
+
+# --- the functional transforms give the fused optimizers' numbers ------------------------------
+from sciml.optim import adam, adamw, adagrad, rmsprop, sgd, chain, clip_by_global_norm  # noqa: E402
+
+PAIRS = [(SGD(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01), sgd(0.1, 0.9, True, 0.01)),
+         (Adam(lr=0.01, weight_decay=0.1), adam(0.01, weight_decay=0.1)),
+         (AdamW(lr=0.01, weight_decay=0.1), adamw(0.01, weight_decay=0.1)),
+         (RMSprop(lr=0.01), rmsprop(0.01)), (Adagrad(lr=0.1), adagrad(0.1)),
+         (Adam(lr=schedules.linear_warmup(0.01, 2, schedules.exponential_decay(0.01, 0.5)), clip_norm=0.7),
+          chain(clip_by_global_norm(0.7),
+                adam(schedules.linear_warmup(0.01, 2, schedules.exponential_decay(0.01, 0.5)))))]
+
+
+@pytest.mark.parametrize("i", range(len(PAIRS)))
+def test_transform_chains_equal_fused_optimizers(i):
+    fused, tx = PAIRS[i]
+    a, b = _params(), _params()
+    fused.bind(a)
+    opt = Optimizer(b, tx)
+    for g in GS:
+        fused.step([sm.tensor(x) for x in g])
+        opt.step([sm.tensor(x) for x in g])
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-10, atol=1e-13)
+
+
+def test_transform_optimizer_state_dict_resume():
+    a, b = _params(), _params()
+    o1 = Optimizer(a, adam(0.01))
+    for g in GS:
+        o1.step([sm.tensor(x) for x in g])
+    o2 = Optimizer(b, adam(0.01))
+    for g in GS[:2]:
+        o2.step([sm.tensor(x) for x in g])
+    sd = o2.state_dict()
+    c = [Parameter(p.numpy()) for p in b]
+    o3 = Optimizer(c, adam(0.01))
+    o3.load_state_dict(sd)
+    for g in GS[2:]:
+        o3.step([sm.tensor(x) for x in g])
+    for x, y in zip(a, c):
+        np.testing.assert_array_equal(x.numpy(), y.numpy())
+
+
+def test_schedules():
+    s = schedules
+    assert s.step_decay(1.0, 2, 0.5)(3) == 0.5 and s.exponential_decay(1.0, 0.9)(2) == pytest.approx(0.81)
+    c = s.cosine_decay(1.0, 10, 0.1)
+    assert c(0) == 1.0 and c(10) == pytest.approx(0.1) and c(5) == pytest.approx(0.55)
+    w = s.linear_warmup(1.0, 4)
+    assert [w(i) for i in range(5)] == [0.25, 0.5, 0.75, 1.0, 1.0]
+    wc = s.warmup_cosine(1.0, 2, 12)
+    assert wc(1) == 1.0 and wc(12) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="step_size=0; expected a positive integer"):
+        s.step_decay(1.0, 0)
+    opt = SGD(_params(), lr=s.step_decay(0.1, 1, 0.5))
+    assert opt.current_lr() == 0.1
+    opt.step([sm.zeros((3, 2)), sm.zeros((2,))])
+    assert opt.current_lr() == 0.05
+
+
+def test_clipping_scales_to_max_norm():
+    p = [Parameter(np.zeros(2))]
+    opt = SGD(p, lr=1.0, clip_norm=1.0)
+    opt.step([sm.tensor([3.0, 4.0])])
+    np.testing.assert_allclose(p[0].numpy(), [-0.6, -0.8])

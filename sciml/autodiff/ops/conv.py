@@ -1,0 +1,169 @@
+"""NN layer primitives: fused dense epilogue ``bias_act``, fused ``softmax_cross_entropy``, and
+(below) unfold/fold (im2col / col2im) for convolution and pooling.
+
+Every rule has two paths: when the backward pass is itself being recorded (higher-order
+derivatives, ``is_grad_enabled()`` inside the rule) it is written in composed sciml ops, so it
+differentiates again; otherwise it runs one fused Taichi kernel. Both give the same numbers (tested).
+"""
+from __future__ import annotations
+
+import math
+
+from ... import backend
+from ...kernels import conv as K
+from ..backward import needs
+from ..primitive import Primitive, is_grad_enabled
+from ..tensor import Tensor, as_tensor
+from ._util import check_float
+from .elementwise import sigmoid, square, step, tanh, relu
+from .nn import softmax
+from .reduce import reshape, sum
+
+__all__ = ["bias_act", "softmax_cross_entropy"]
+
+_ACT_FN = {"identity": lambda z: z, "relu": relu, "tanh": tanh, "sigmoid": sigmoid}
+
+
+def _deriv_from_out(act, y):
+    """act'(z) written from y = act(z), in sciml ops."""
+    if act == "relu":
+        return step(y)
+    if act == "tanh":
+        return 1.0 - square(y)
+    if act == "sigmoid":
+        return y * (1.0 - y)
+    return None
+
+
+def _recorded(*ts):
+    """True when a rule's result must itself be differentiable: the backward pass is being recorded
+    (create_graph) or forward-mode tangents ride on its inputs (forward-over-reverse)."""
+    return is_grad_enabled() or any(t._tangents for t in ts)
+
+
+# --- bias + activation ----------------------------------------------------------------------
+def _bias_act_fwd(h, b, act):
+    cols = b.shape[0]
+    rows = h.size // cols if cols else 0
+    y = backend.empty(h.size, h.dtype)
+    if h.size:
+        K.bias_act(act, h._buf, b._buf, y, rows, cols, h.dtype)
+    return y, h.shape, h.dtype
+
+
+_bias_act = Primitive("bias_act", _bias_act_fwd)
+
+
+@_bias_act.def_vjp
+def _bias_act_vjp(g, h, b, out, act):
+    cols = b.shape[0]
+    rows = h.size // cols if cols else 0
+    if _recorded(g, h, b, out):  # recorded backward: composed ops, differentiable again
+        d = _deriv_from_out(act, out)
+        gz = g if d is None else g * d
+        gb = sum(reshape(gz, (rows, cols)), 0) if needs(1) else None
+        return gz, gb
+    gz = backend.empty(h.size, h.dtype)
+    gb = backend.empty(cols, h.dtype) if needs(1) else None
+    if h.size:
+        K.bias_act_vjp(act, g._buf, out._buf, gz, gb, rows, cols, h.dtype)
+    return (Tensor._make(gz, h.shape, h.dtype),
+            Tensor._make(gb, b.shape, b.dtype) if gb is not None else None)
+
+
+@_bias_act.def_jvp
+def _bias_act_jvp(ts, h, b, out, act):
+    t = ts[0]
+    if ts[1] is not None:
+        t = ts[1] if t is None else t + ts[1]
+        if t.shape != out.shape:
+            from .reduce import broadcast_to
+            t = broadcast_to(t, out.shape)
+    d = _deriv_from_out(act, out)
+    return t if d is None else t * d
+
+
+def bias_act(h, b, act="identity"):
+    """act(h + b) with b broadcast along the last axis, in one fused kernel (its adjoint also one).
+
+    Args:
+        h: (..., m) Tensor (e.g. x @ W).
+        b: (m,) bias.
+        act: "identity" | "relu" | "tanh" | "sigmoid".
+    """
+    h, b = as_tensor(h), as_tensor(b)
+    check_float("bias_act", h, b)
+    if act not in K.ACTS:
+        raise ValueError(f"bias_act: act={act!r}; expected one of {K.ACTS}.")
+    if b.ndim != 1 or h.ndim == 0 or h.shape[-1] != b.shape[0]:
+        raise ValueError(f"bias_act: h has shape {h.shape} and b {b.shape}; expected h (..., m) and b (m,).")
+    if h.dtype != b.dtype:
+        raise TypeError(f"bias_act: h has dtype {h.dtype} and b {b.dtype}; expected the same float dtype.")
+    return _bias_act(h, b, act=act)
+
+
+# --- softmax cross-entropy ------------------------------------------------------------------
+def _xent_fwd(x, q, reduction):
+    rows, cols = x.shape
+    rowloss = backend.empty(max(rows, 1), x.dtype)
+    total = backend.empty(1, x.dtype)
+    scale = 1.0 / rows if reduction == "mean" and rows else 1.0
+    K.xent(x._buf, q._buf, rowloss, total, rows, cols, scale, x.dtype)
+    if reduction == "none":
+        return rowloss, (rows,), x.dtype
+    return total, (), x.dtype
+
+
+_xent = Primitive("softmax_cross_entropy", _xent_fwd)
+
+
+def _expand_g(g, rows, reduction):
+    if reduction == "none":
+        return reshape(g, (rows, 1))
+    return g * (1.0 / rows) if reduction == "mean" else g
+
+
+@_xent.def_vjp
+def _xent_vjp(g, x, q, out, reduction):
+    rows, cols = x.shape
+    if not needs(0):
+        return None, None
+    if _recorded(g, x, q, out):
+        qs = sum(q, -1, keepdims=True)
+        return _expand_g(g, rows, reduction) * (softmax(x) * qs - q), None
+    gx = backend.empty(x.size, x.dtype)
+    if x.size:
+        scale = 1.0 / rows if reduction == "mean" else 1.0
+        K.xent_grad(x._buf, q._buf, g._buf, gx, rows, cols, scale, reduction == "none", x.dtype)
+    return Tensor._make(gx, x.shape, x.dtype), None
+
+
+@_xent.def_jvp
+def _xent_jvp(ts, x, q, out, reduction):
+    if ts[0] is None:
+        return None
+    rows = x.shape[0]
+    qs = sum(q, -1, keepdims=True)
+    per_row = sum((softmax(x) * qs - q) * ts[0], -1)
+    if reduction == "none":
+        return per_row
+    s = sum(per_row)
+    return s * (1.0 / rows) if reduction == "mean" else s
+
+
+def softmax_cross_entropy(logits, q, reduction="mean"):
+    """Cross-entropy of target distributions ``q`` (n, C) (rows need not sum to 1) against
+    softmax(logits), in one fused kernel: L_r = logsumexp(x_r) sum(q_r) - q_r . x_r.
+
+    Returns a scalar (reduction "mean" over rows, or "sum") or (n,) ("none"). ``q`` gets no gradient.
+    """
+    x, q = as_tensor(logits), as_tensor(q)
+    check_float("softmax_cross_entropy", x, q)
+    if x.ndim != 2 or q.shape != x.shape:
+        raise ValueError(f"softmax_cross_entropy: logits {x.shape} and q {q.shape}; expected both (n, C).")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"softmax_cross_entropy: reduction={reduction!r}; expected 'mean', 'sum' or 'none'.")
+    return _xent(x, q, reduction=reduction)
+
+
+_ = math

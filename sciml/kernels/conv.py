@@ -1,0 +1,164 @@
+"""Neural-network layer kernels (Taichi only; flat buffers in/out):
+
+* fused dense epilogues: ``bias_act`` (y = act(h + b), one pass) and its adjoint ``bias_act_vjp``
+  (gz = g * act'(y) and gb = column sums of gz, one pass);
+* fused softmax cross-entropy: ``xent`` (per-row losses and their scaled sum) and ``xent_grad``;
+* ``unfold`` (im2col gather) and ``fold`` (col2im scatter-add), for conv and pooling;
+* window max for max-pooling (value and arg-max index).
+
+Shapes are (rows, cols) row-major for the dense kernels. For images, x is (N, C, H, W) and the
+unfolded column matrix is (N, Ho, Wo, C, kh, kw), so conv = unfold @ W^T as one GEMM.
+"""
+from . import _common as C
+
+ACTS = ("identity", "relu", "tanh", "sigmoid")
+
+
+def _act_funcs(dtype):
+    from .elementwise import _funcs
+    f = _funcs(dtype)
+    ti = C.ti()
+
+    @ti.func
+    def ident(x):
+        return x
+
+    @ti.func
+    def d_ident(y):
+        return y * 0 + 1
+
+    @ti.func
+    def d_relu(y):
+        r = y * 0
+        if y > 0:
+            r = r + 1
+        return r
+
+    @ti.func
+    def d_tanh(y):
+        return 1 - y * y
+
+    @ti.func
+    def d_sigmoid(y):
+        return y * (1 - y)
+
+    return {"identity": (ident, d_ident), "relu": (f["relu"], d_relu), "tanh": (f["tanh"], d_tanh),
+            "sigmoid": (f["sigmoid"], d_sigmoid)}
+
+
+def _build_bias_act(act, dtype, serial):
+    ti = C.ti()
+    A = C.arr(dtype)
+    f, _ = _act_funcs(dtype)[act]
+
+    @ti.kernel
+    def k(h: A, b: A, y: A, rows: ti.i32, cols: ti.i32):
+        ti.loop_config(serialize=serial)
+        for r in range(rows):
+            for j in range(cols):
+                y[r * cols + j] = f(h[r * cols + j] + b[j])
+    return k
+
+
+def bias_act(act, h, b, y, rows, cols, dtype):
+    """y[r, j] = act(h[r, j] + b[j])."""
+    serial = C.launch_mode(rows * cols) or rows < 4
+    C.cached(("bias_act", act, dtype, serial), lambda: _build_bias_act(act, dtype, serial))(h, b, y, rows, cols)
+
+
+def _build_bias_act_vjp(act, dtype, serial, with_b):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = C.backend.ti_dtype(dtype)
+    _, d = _act_funcs(dtype)[act]
+    CB = 16  # columns per parallel iteration: rows are walked with unit-stride inner loops
+
+    @ti.kernel
+    def k(g: A, y: A, gz: A, gb: A, rows: ti.i32, cols: ti.i32):
+        ti.loop_config(serialize=serial)
+        for cb in range((cols + CB - 1) // CB):
+            j0 = cb * CB
+            j1 = ti.min(cols, j0 + CB)
+            for j in range(j0, j1):
+                if ti.static(with_b):
+                    gb[j] = ti.cast(0.0, T)
+            for r in range(rows):
+                for j in range(j0, j1):
+                    v = g[r * cols + j] * d(y[r * cols + j])
+                    gz[r * cols + j] = v
+                    if ti.static(with_b):
+                        gb[j] += v
+    return k
+
+
+def bias_act_vjp(act, g, y, gz, gb, rows, cols, dtype):
+    """gz = g * act'(y) (from the output y), gb[j] = sum_r gz[r, j] (skipped if gb is None)."""
+    serial = C.launch_mode(rows * cols) or cols < 32
+    with_b = gb is not None
+    k = C.cached(("bias_act_vjp", act, dtype, serial, with_b),
+                 lambda: _build_bias_act_vjp(act, dtype, serial, with_b))
+    k(g, y, gz, gb if with_b else gz, rows, cols)
+
+
+def _build_xent(dtype):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = C.backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(x: A, q: A, rowloss: A, total: A, rows: ti.i32, cols: ti.i32, scale: T):
+        ti.loop_config(serialize=True)
+        for _ in range(1):
+            acc = ti.cast(0.0, T)
+            for r in range(rows):
+                mx = x[r * cols]
+                for j in range(1, cols):
+                    mx = ti.max(mx, x[r * cols + j])
+                s = ti.cast(0.0, T)
+                qs = ti.cast(0.0, T)
+                qx = ti.cast(0.0, T)
+                for j in range(cols):
+                    xv = x[r * cols + j]
+                    s += ti.exp(xv - mx)
+                    qs += q[r * cols + j]
+                    qx += q[r * cols + j] * xv
+                L = (mx + ti.log(s)) * qs - qx
+                rowloss[r] = L
+                acc += L
+            total[0] = acc * scale
+    return k
+
+
+def xent(x, q, rowloss, total, rows, cols, scale, dtype):
+    """rowloss[r] = logsumexp(x[r]) * sum(q[r]) - q[r] . x[r]; total[0] = scale * sum(rowloss)."""
+    C.cached(("xent", dtype), lambda: _build_xent(dtype))(x, q, rowloss, total, rows, cols, scale)
+
+
+def _build_xent_grad(dtype, per_row):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = C.backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(x: A, q: A, g: A, gx: A, rows: ti.i32, cols: ti.i32, scale: T):
+        ti.loop_config(serialize=True)
+        for r in range(rows):
+            gr = g[0] * scale
+            if ti.static(per_row):
+                gr = g[r] * scale
+            mx = x[r * cols]
+            for j in range(1, cols):
+                mx = ti.max(mx, x[r * cols + j])
+            s = ti.cast(0.0, T)
+            qs = ti.cast(0.0, T)
+            for j in range(cols):
+                s += ti.exp(x[r * cols + j] - mx)
+                qs += q[r * cols + j]
+            for j in range(cols):
+                gx[r * cols + j] = gr * (ti.exp(x[r * cols + j] - mx) / s * qs - q[r * cols + j])
+    return k
+
+
+def xent_grad(x, q, g, gx, rows, cols, scale, per_row, dtype):
+    """gx[r, j] = g_r * scale * (softmax(x[r])_j * sum(q[r]) - q[r, j]); g_r = g[r] if per_row else g[0]."""
+    C.cached(("xent_grad", dtype, per_row), lambda: _build_xent_grad(dtype, per_row))(x, q, g, gx, rows, cols, scale)
