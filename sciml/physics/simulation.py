@@ -125,6 +125,7 @@ class Simulation:
         self.grad_prim.def_vjp(self._no_second_order)
         self.grad_prim.def_jvp(self._no_second_order)
         self._step_fn = None
+        self._validated = False
         self._grad_bufs = None
 
     def __repr__(self):
@@ -291,8 +292,25 @@ class Simulation:
         view = seg[:(m + 1) * self.S].reshape((m + 1,) + self.state_shape)
         pv = p.reshape(self.params_shape)
         cv = ctrl.reshape((m,) + (self.control_shape or (1,)))
-        for t in range(m):
+        t0 = 0
+        if not self._validated:  # once: a step kernel that writes its input breaks Taichi's autodiff
+            before = view[0].copy()
+            self.step(view[0], pv, cv[0], view[1], *self.constants)
+            if not np.array_equal(before, view[0], equal_nan=True):
+                raise RuntimeError(
+                    f"Simulation {self.name!r}: the step kernel wrote its input {self._x_name()!r}. A step must "
+                    "read x and write only x_next (Taichi's autodiff is silently wrong otherwise).")
+            self._validated = True
+            t0 = 1
+        for t in range(t0, m):
             self.step(view[t], pv, cv[t], view[t + 1], *self.constants)
+
+    def _x_name(self):
+        try:
+            import inspect
+            return next(iter(inspect.signature(self.step).parameters))
+        except Exception:  # pragma: no cover
+            return "x"
 
     def _run(self, kernel, *args):
         """Launch a fused kernel on flat numpy arrays (CPU zero-copy; device: copy in and out)."""
