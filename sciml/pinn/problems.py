@@ -1,0 +1,139 @@
+"""Built-in PINN problems with their default networks, points and training stages: what
+``sciml solve burgers|poisson|heat|wave|helmholtz`` runs. Each builder returns a
+:class:`Setup`; ``setup.run()`` trains and returns the solver's Result.
+
+Example:
+    >>> s = problems.get("poisson")
+    >>> result = s.run(steps=(2000, 1000))
+"""
+import numpy as np
+
+from ..autodiff import ops as _sm
+from .conditions import Dirichlet, Initial
+from .geometry import Interval, Rectangle, TimeInterval
+from .operators import d, laplacian
+from .problem import Problem
+from . import reference as R
+
+
+class Setup:
+    """A problem with default settings.
+
+    Attributes:
+        problem: the :class:`Problem`.
+        sizes: MLP widths, e.g. ``[2, 32, 32, 32, 32, 1]``.
+        activation: name of the activation (``'tanh'``, ``'sin'``).
+        points: the ``points`` argument of ``solve``.
+        steps: default ``(adam_steps, lbfgs_steps)``.
+        lr: Adam learning rate.
+        resample: the ``resample`` argument of ``solve``.
+    """
+
+    def __init__(self, problem, sizes, activation, points, steps, lr=1e-3, resample=None,
+                 weights=None):
+        self.problem, self.sizes, self.activation = problem, list(sizes), activation
+        self.points, self.steps, self.lr = points, tuple(steps), lr
+        self.resample, self.weights = resample, weights
+
+    def net(self, sizes=None, seed=0):
+        from ..models import MLP
+        from .. import models
+        act = getattr(models, self.activation)
+        return MLP(sizes or self.sizes, activation=act, seed=seed)
+
+    def stages(self, steps=None, optimizer="lbfgs"):
+        from ..optim import LBFGS, Adam
+        adam, second = steps or self.steps
+        out = [(Adam(lr=self.lr), int(adam))] if adam else []
+        if second:
+            if optimizer == "lbfgs":
+                out.append((LBFGS(history=50, max_iter=50), int(second)))
+            elif optimizer in ("lm", "levenberg_marquardt"):
+                from ..optim import LevenbergMarquardt
+                out.append((LevenbergMarquardt(), int(second)))
+            else:
+                raise ValueError(f"optimizer must be 'lbfgs' or 'lm', got {optimizer!r}.")
+        return out
+
+    def run(self, steps=None, points=None, seed=0, dtype=None, sizes=None, optimizer="lbfgs",
+            **kw):
+        from .solver import solve
+        net = self.net(sizes, seed)
+        kw.setdefault("resample", self.resample)
+        kw.setdefault("weights", self.weights)
+        return solve(self.problem, net, points=points or self.points,
+                     stages=self.stages(steps, optimizer), seed=seed, dtype=dtype, **kw)
+
+
+def burgers(nu=0.01 / np.pi):
+    """u_t + u u_x = nu u_xx on [-1, 1] x [0, 1], u(x, 0) = -sin(pi x), u(+-1, t) = 0."""
+    def residual(u, x, t):
+        return d(u, t) + u * d(u, x) - nu * d(u, x, x)
+    pb = Problem(Interval(-1, 1) * TimeInterval(0, 1), residual,
+                 conditions=[Dirichlet(0.0), Initial(lambda x: -np.sin(np.pi * x))],
+                 reference=R.burgers_cole_hopf(nu), name="burgers")
+    return Setup(pb, [2, 32, 32, 32, 32, 1], "tanh",
+                 {"interior": 4096, "boundary": 256, "initial": 256}, (2000, 2000))
+
+
+def poisson(k=1):
+    """-Δu = 2 k² π² sin(kπx) sin(kπy) on [0, 1]², u = 0 on the boundary."""
+    ref = R.poisson_sin(k)
+    c = 2 * (k * np.pi) ** 2
+
+    def residual(u, x, y):
+        return -laplacian(u) - c * _sm.sin(k * np.pi * x) * _sm.sin(k * np.pi * y)
+    pb = Problem(Rectangle((0, 0), (1, 1)), residual, conditions=[Dirichlet(0.0)],
+                 reference=ref, name="poisson")
+    return Setup(pb, [2, 32, 32, 32, 1], "tanh", {"interior": 2048, "boundary": 256},
+                 (1000, 2000))
+
+
+def heat(alpha=0.1):
+    """u_t = alpha u_xx on [0, 1] x [0, 1], u(x, 0) = sin(pi x), u(0, t) = u(1, t) = 0."""
+    def residual(u, x, t):
+        return d(u, t) - alpha * d(u, x, x)
+    pb = Problem(Interval(0, 1) * TimeInterval(0, 1), residual,
+                 conditions=[Dirichlet(0.0), Initial(lambda x: np.sin(np.pi * x))],
+                 reference=R.heat_sin(alpha), name="heat")
+    return Setup(pb, [2, 32, 32, 32, 1], "tanh", {"interior": 2048, "boundary": 128,
+                                                   "initial": 128}, (1000, 1000))
+
+
+def wave(c=1.0):
+    """u_tt = c² u_xx on [0, 1] x [0, 1], u(x, 0) = sin(pi x), u_t(x, 0) = 0, u = 0 at x = 0, 1."""
+    def residual(u, x, t):
+        return d(u, t, t) - c ** 2 * d(u, x, x)
+    pb = Problem(Interval(0, 1) * TimeInterval(0, 1), residual,
+                 conditions=[Dirichlet(0.0), Initial(lambda x: np.sin(np.pi * x)),
+                             Initial(0.0, derivative=1)],
+                 reference=R.wave_sin(c), name="wave")
+    return Setup(pb, [2, 32, 32, 32, 1], "tanh", {"interior": 2048, "boundary": 128,
+                                                   "initial": 128}, (1000, 1500))
+
+
+def helmholtz(k=1.0, a1=1, a2=4):
+    """Δu + k² u = f on [-1, 1]², u = 0 on the boundary, u = sin(a1 π x) sin(a2 π y)."""
+    ref = R.helmholtz_sin(k, a1, a2)
+    c = k ** 2 - (a1 ** 2 + a2 ** 2) * np.pi ** 2
+
+    def residual(u, x, y):
+        return laplacian(u) + k ** 2 * u - c * _sm.sin(a1 * np.pi * x) * _sm.sin(a2 * np.pi * y)
+    pb = Problem(Rectangle((-1, -1), (1, 1)), residual, conditions=[Dirichlet(0.0)],
+                 reference=ref, name="helmholtz")
+    return Setup(pb, [2, 50, 50, 50, 1], "sin", {"interior": 4096, "boundary": 400},
+                 (1500, 2000))
+
+
+PROBLEMS = {"burgers": burgers, "poisson": poisson, "heat": heat, "wave": wave,
+            "helmholtz": helmholtz}
+
+
+def get(name, **kw):
+    """The :class:`Setup` of a built-in problem by name."""
+    if name not in PROBLEMS:
+        raise ValueError(f"unknown problem {name!r}; expected one of {', '.join(PROBLEMS)}.")
+    return PROBLEMS[name](**kw)
+
+
+__all__ = ["Setup", "get", "PROBLEMS", "burgers", "poisson", "heat", "wave", "helmholtz"]
