@@ -23,9 +23,16 @@ def ti_dtype(dtype: str):
     return _TI[dtype]
 
 
+_host: list = []  # cached once the runtime has started (the arch is fixed per process)
+
+
 def on_host() -> bool:
     """True when buffers are numpy arrays (CPU backend)."""
-    return runtime.arch() == "cpu"
+    if _host:
+        return _host[0]
+    h = runtime.arch() == "cpu"
+    _host.append(h)
+    return h
 
 
 def empty(n: int, dtype: str):

@@ -8,11 +8,93 @@ _cache: dict = {}
 
 
 def cached(key, build):
-    """Return the kernel for ``key``, building it with ``build()`` on first use."""
+    """Return the kernel for ``key``, building it with ``build()`` on first use.
+
+    The kernel comes wrapped in a :class:`FastLaunch`: after the first (ordinary) call it sets
+    the arguments of the compiled kernel directly, skipping Taichi's per-call Python argument
+    processing (measured here: 55 -> 18 us for a 3-array launch)."""
     k = _cache.get(key)
     if k is None:
-        k = _cache[key] = build()
+        k = _cache[key] = FastLaunch(build())
     return k
+
+
+class FastLaunch:
+    """A ``@ti.kernel`` whose launches after the first bypass Taichi's Python argument path.
+
+    Only for kernels whose arguments are 1-D ndarray annotations with a fixed dtype (one compiled
+    instance) and scalars, with no return value: anything else keeps Taichi's own call. The
+    first call goes through Taichi (compiling and checking the argument types); later calls must
+    pass the same kinds of values (sciml's buffers always do: numpy arrays on CPU, ti.ndarrays on
+    devices). ``SCIML_SAFE_LAUNCH=1`` disables the fast path (for debugging).
+    """
+    __slots__ = ("kernel", "fast", "__weakref__")
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.fast = None
+
+    def __call__(self, *args):
+        f = self.fast
+        if f is not None:
+            return f(*args)
+        r = self.kernel(*args)
+        if self.fast is None:
+            self.fast = _make_fast(self.kernel, args) or self.kernel
+        return r
+
+    @property
+    def grad(self):
+        return self.kernel.grad
+
+
+def _make_fast(kernel, args):
+    import os
+
+    import numpy as np
+    if os.environ.get("SCIML_SAFE_LAUNCH"):
+        return None
+    try:
+        from taichi.lang import impl
+        from taichi.lang._ndarray import Ndarray
+        from taichi.lang.util import cook_dtype
+        from taichi.types import ndarray_type, primitive_types
+        from taichi.types.utils import is_signed
+        prim = kernel._primal
+        if prim.return_type is not None or prim.has_print or len(prim.arguments) != len(args):
+            return None
+        lines, env = [], {}
+        for i, (a, v) in enumerate(zip(prim.arguments, args)):
+            ann = a.annotation
+            if isinstance(ann, ndarray_type.NdarrayType):
+                if ann.dtype is None or ann.ndim != 1:
+                    return None
+                if isinstance(v, np.ndarray) and v.ndim == 1 and v.flags.c_contiguous:
+                    lines.append(f"    c.set_arg_external_array_with_shape(({i},), a{i}.ctypes.data, a{i}.nbytes, "
+                                 f"a{i}.shape, 0)")
+                elif isinstance(v, Ndarray) and v.grad is None:
+                    lines.append(f"    c.set_arg_ndarray(({i},), a{i}.arr)")
+                else:
+                    return None
+            elif id(ann) in primitive_types.real_type_ids:
+                lines.append(f"    c.set_arg_float(({i},), float(a{i}))")
+            elif id(ann) in primitive_types.integer_type_ids and is_signed(cook_dtype(ann)):
+                lines.append(f"    c.set_arg_int(({i},), int(a{i}))")
+            else:
+                return None
+        key = prim.ensure_compiled(*args)
+        tk = prim.compiled_kernels[key]
+        prog = impl.get_runtime().prog
+        env.update(mk=tk.make_launch_context, launch=prog.launch_kernel,
+                   ckd=prog.compile_kernel(prog.config(), prog.get_device_caps(), tk))
+        names = ", ".join(f"a{i}" for i in range(len(args)))
+        src = f"def fast({names}):\n    c = mk()\n" + "\n".join(lines) + "\n    launch(ckd, c)\n"
+        exec(src, env)  # noqa: S102 - generated from the kernel's own annotations
+        return env["fast"]
+    except Exception as e:  # pragma: no cover - another Taichi version: keep Taichi's own call
+        import warnings
+        warnings.warn(f"sciml: fast kernel launch unavailable ({type(e).__name__}: {e}); using Taichi's call.")
+        return None
 
 
 def launch_mode(n: int) -> bool:

@@ -55,6 +55,8 @@ def _promote(name, x, y):
 
 def broadcast_shapes(name, *shapes):
     """numpy's broadcasting rule, with an error naming the op and the shapes."""
+    if len(shapes) == 2 and shapes[0] == shapes[1]:
+        return shapes[0]
     nd = max(len(s) for s in shapes)
     out = []
     for d in range(nd):
