@@ -162,3 +162,83 @@ def _build_xent_grad(dtype, per_row):
 def xent_grad(x, q, g, gx, rows, cols, scale, per_row, dtype):
     """gx[r, j] = g_r * scale * (softmax(x[r])_j * sum(q[r]) - q[r, j]); g_r = g[r] if per_row else g[0]."""
     C.cached(("xent_grad", dtype, per_row), lambda: _build_xent_grad(dtype, per_row))(x, q, g, gx, rows, cols, scale)
+
+
+# --- unfold (im2col) and fold (col2im) ----------------------------------------------------------
+# meta = (N, C, H, W, kh, kw, sh, sw, ph, pw, Ho, Wo); cols laid out (N, Ho, Wo, C, kh, kw).
+def _build_unfold(dtype, serial):
+    ti = C.ti()
+    A = C.arr(dtype)
+    I = C.arr("int32")
+    T = C.backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(x: A, out: A, meta: I, n_out: ti.i32, pad_value: T):
+        ti.loop_config(serialize=serial)
+        for o in range(n_out):
+            Cc, H, W = meta[1], meta[2], meta[3]
+            kh, kw, sh, sw, ph, pw = meta[4], meta[5], meta[6], meta[7], meta[8], meta[9]
+            Ho, Wo = meta[10], meta[11]
+            kj = o % kw
+            r = o // kw
+            ki = r % kh
+            r = r // kh
+            c = r % Cc
+            r = r // Cc
+            ow = r % Wo
+            r = r // Wo
+            oh = r % Ho
+            n = r // Ho
+            h = oh * sh - ph + ki
+            w = ow * sw - pw + kj
+            v = pad_value
+            if 0 <= h < H and 0 <= w < W:
+                v = x[((n * Cc + c) * H + h) * W + w]
+            out[o] = v
+    return k
+
+
+def unfold(x, out, meta_buf, n_out, pad_value, dtype):
+    """out (N, Ho, Wo, C, kh, kw) = windows of x (N, C, H, W); out-of-image taps read ``pad_value``."""
+    serial = C.launch_mode(n_out)
+    C.cached(("unfold", dtype, serial), lambda: _build_unfold(dtype, serial))(x, out, meta_buf, n_out, pad_value)
+
+
+def _build_fold(dtype, serial):
+    ti = C.ti()
+    A = C.arr(dtype)
+    I = C.arr("int32")
+    T = C.backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(cols: A, out: A, meta: I, n_in: ti.i32):
+        ti.loop_config(serialize=serial)
+        for xi in range(n_in):
+            Cc, H, W = meta[1], meta[2], meta[3]
+            kh, kw, sh, sw, ph, pw = meta[4], meta[5], meta[6], meta[7], meta[8], meta[9]
+            Ho, Wo = meta[10], meta[11]
+            w = xi % W
+            r = xi // W
+            h = r % H
+            r = r // H
+            c = r % Cc
+            n = r // Cc
+            acc = ti.cast(0.0, T)
+            for ki in range(kh):
+                t = h + ph - ki
+                if t >= 0 and t % sh == 0 and t // sh < Ho:
+                    oh = t // sh
+                    for kj in range(kw):
+                        u = w + pw - kj
+                        if u >= 0 and u % sw == 0 and u // sw < Wo:
+                            ow = u // sw
+                            acc += cols[((((n * Ho + oh) * Wo + ow) * Cc + c) * kh + ki) * kw + kj]
+            out[xi] = acc
+    return k
+
+
+def fold(cols, out, meta_buf, n_in, dtype):
+    """out (N, C, H, W) = sum of the window entries of cols (N, Ho, Wo, C, kh, kw) that read each pixel
+    (the adjoint of unfold); a gather per pixel, so no atomics."""
+    serial = C.launch_mode(n_in)
+    C.cached(("fold", dtype, serial), lambda: _build_fold(dtype, serial))(cols, out, meta_buf, n_in)

@@ -167,3 +167,92 @@ def softmax_cross_entropy(logits, q, reduction="mean"):
 
 
 _ = math
+
+
+# --- unfold / fold (im2col / col2im) --------------------------------------------------------
+def _out_size(n, k, s, p):
+    return (n + 2 * p - k) // s + 1
+
+
+def _meta(in_shape, geom):
+    N, Cc, H, W = in_shape
+    kh, kw, sh, sw, ph, pw = geom
+    return (N, Cc, H, W, kh, kw, sh, sw, ph, pw, _out_size(H, kh, sh, ph), _out_size(W, kw, sw, pw))
+
+
+def _unfold_fwd(x, geom, pad_value):
+    m = _meta(x.shape, geom)
+    N, Cc, _, _, kh, kw = m[:6]
+    shape = (N, m[10], m[11], Cc, kh, kw)
+    n = math.prod(shape)
+    out = backend.empty(max(n, 1), x.dtype)
+    if n:
+        K.unfold(x._buf, out, backend.meta(m), n, float(pad_value), x.dtype)
+    return out, shape, x.dtype
+
+
+def _fold_fwd(cols, geom, in_shape):
+    m = _meta(in_shape, geom)
+    n = math.prod(in_shape)
+    out = backend.empty(max(n, 1), cols.dtype)
+    if n:
+        K.fold(cols._buf, out, backend.meta(m), n, cols.dtype)
+    return out, tuple(in_shape), cols.dtype
+
+
+_unfold = Primitive("unfold", _unfold_fwd)
+_fold = Primitive("fold", _fold_fwd)
+_unfold.def_vjp(lambda g, x, out, geom, pad_value: (_fold(g, geom=geom, in_shape=x.shape),))
+_unfold.def_jvp(lambda ts, x, out, geom, pad_value: _unfold(ts[0], geom=geom, pad_value=0.0))
+_fold.def_vjp(lambda g, cols, out, geom, in_shape: (_unfold(g, geom=geom, pad_value=0.0),))
+_fold.def_jvp(lambda ts, cols, out, geom, in_shape: _fold(ts[0], geom=geom, in_shape=in_shape))
+
+
+def _pair(name, v):
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(int(a) for a in v)
+    if len(v) != 2:
+        raise ValueError(f"{name}: got {v}; expected an int or a pair of ints.")
+    return v
+
+
+def unfold(x, kernel_size, stride=1, padding=0, pad_value=0.0):
+    """Sliding windows (im2col) of images x (N, C, H, W) -> (N, Ho, Wo, C, kh, kw).
+
+    Ho = (H + 2 ph - kh) // sh + 1 (same for W). Taps outside the image read ``pad_value`` (0, or
+    -inf for max-pooling). Linear in x; its VJP is :func:`fold` and fold's is unfold, so any
+    derivative order works.
+    """
+    x = as_tensor(x)
+    check_float("unfold", x)
+    if x.ndim != 4:
+        raise ValueError(f"unfold: x has shape {x.shape}; expected (N, C, H, W).")
+    kh, kw = _pair("unfold(kernel_size)", kernel_size)
+    sh, sw = _pair("unfold(stride)", stride)
+    ph, pw = _pair("unfold(padding)", padding)
+    if min(kh, kw, sh, sw) < 1 or min(ph, pw) < 0:
+        raise ValueError(f"unfold: kernel_size {(kh, kw)} and stride {(sh, sw)} must be >= 1, padding "
+                         f"{(ph, pw)} >= 0.")
+    H, W = x.shape[2:]
+    if H + 2 * ph < kh or W + 2 * pw < kw:
+        raise ValueError(f"unfold: the {kh}x{kw} kernel is larger than the padded image {H + 2 * ph}x{W + 2 * pw} "
+                         f"(x has shape {x.shape}, padding {(ph, pw)}).")
+    return _unfold(x, geom=(kh, kw, sh, sw, ph, pw), pad_value=float(pad_value))
+
+
+def fold(cols, in_shape, kernel_size, stride=1, padding=0):
+    """Adjoint of :func:`unfold`: cols (N, Ho, Wo, C, kh, kw) summed back into images of ``in_shape``."""
+    cols = as_tensor(cols)
+    kh, kw = _pair("fold(kernel_size)", kernel_size)
+    sh, sw = _pair("fold(stride)", stride)
+    ph, pw = _pair("fold(padding)", padding)
+    geom = (kh, kw, sh, sw, ph, pw)
+    m = _meta(tuple(in_shape), geom)
+    want = (m[0], m[10], m[11], m[1], kh, kw)
+    if cols.shape != want:
+        raise ValueError(f"fold: cols has shape {cols.shape}; expected {want} for images of shape {tuple(in_shape)}.")
+    return _fold(cols, geom=geom, in_shape=tuple(int(s) for s in in_shape))
+
+
+__all__ += ["unfold", "fold"]
