@@ -11,3 +11,4 @@ from .activations import (GELU, LogSoftmax, ReLU, SiLU, Sigmoid, Sin, Softmax, S
 from . import losses
 from .losses import (accuracy, binary_cross_entropy_with_logits, cross_entropy, huber, l1, mse, nll, one_hot)
 from .conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d, avg_pool2d, conv1d, conv2d, max_pool2d
+from .norm import BatchNorm1d, BatchNorm2d, Dropout, Embedding, LayerNorm, dropout

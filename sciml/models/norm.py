@@ -1,0 +1,148 @@
+"""Normalisation, dropout and embedding layers (sciml ops: differentiable to any order)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..autodiff.ops import mean, sqrt, take
+from ..autodiff.primitive import no_grad
+from ..autodiff.tensor import Tensor, as_tensor, tensor
+from . import init as I
+from .module import Buffer, Module, Parameter
+
+__all__ = ["BatchNorm1d", "BatchNorm2d", "LayerNorm", "Dropout", "Embedding", "dropout"]
+
+
+class _BatchNorm(Module):
+    _dims: tuple = ()
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, *, dtype=None):
+        self.num_features, self.eps, self.momentum = int(num_features), float(eps), float(momentum)
+        C = self.num_features
+        self.weight = Parameter(I.ones((C,), dtype=dtype)) if affine else None
+        self.bias = Parameter(I.zeros((C,), dtype=dtype)) if affine else None
+        self.running_mean = Buffer(np.zeros(C), dtype=dtype or None)
+        self.running_var = Buffer(np.ones(C), dtype=dtype or None)
+
+    def _check(self, x):
+        x = as_tensor(x)
+        name = type(self).__name__
+        if x.ndim not in self._dims or x.shape[1] != self.num_features:
+            want = " or ".join(f"(N, {self.num_features}{', ...' * (d - 2)})" if d > 2 else f"(N, {self.num_features})"
+                               for d in self._dims)
+            raise ValueError(f"{name}(num_features={self.num_features}): x has shape {x.shape}; expected {want}.")
+        return x
+
+    def forward(self, x):
+        x = self._check(x)
+        axes = (0,) + tuple(range(2, x.ndim))
+        bshape = (1, self.num_features) + (1,) * (x.ndim - 2)
+        if self.training:
+            n = x.size // self.num_features
+            if n < 2:
+                raise ValueError(f"{type(self).__name__}: training needs more than one value per channel, got x of "
+                                 f"shape {x.shape}; use eval() or a larger batch.")
+            mu = mean(x, axes, keepdims=True)
+            d = x - mu
+            var = mean(d * d, axes, keepdims=True)
+            with no_grad():
+                m = self.momentum
+                rm = self.running_mean.detach() * (1 - m) + mu.detach().reshape(self.num_features) * m
+                rv = self.running_var.detach() * (1 - m) + var.detach().reshape(self.num_features) * (m * n / (n - 1))
+                self.running_mean._assign(rm)
+                self.running_var._assign(rv)
+        else:
+            mu = self.running_mean.detach().reshape(bshape)
+            var = self.running_var.detach().reshape(bshape)
+            d = x - mu
+        y = d / sqrt(var + self.eps)
+        if self.weight is not None:
+            y = y * self.weight.reshape(bshape) + self.bias.reshape(bshape)
+        return y
+
+    def extra_repr(self):
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalisation (Ioffe & Szegedy 2015) over (N, C) or (N, C, L): per-channel batch statistics in
+    training (running estimates updated with ``momentum``, unbiased variance as PyTorch), running ones in eval."""
+    _dims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalisation over images (N, C, H, W)."""
+    _dims = (4,)
+
+
+class LayerNorm(Module):
+    """(x - mean) / sqrt(var + eps) * weight + bias over the trailing ``normalized_shape`` axes (Ba et al. 2016)."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, *, dtype=None):
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.normalized_shape, self.eps = shape, float(eps)
+        self.weight = Parameter(I.ones(shape, dtype=dtype)) if elementwise_affine else None
+        self.bias = Parameter(I.zeros(shape, dtype=dtype)) if elementwise_affine else None
+
+    def forward(self, x):
+        x = as_tensor(x)
+        k = len(self.normalized_shape)
+        if x.shape[x.ndim - k:] != self.normalized_shape or x.ndim < k:
+            raise ValueError(f"LayerNorm(normalized_shape={self.normalized_shape}): x has shape {x.shape}; expected "
+                             f"(..., {', '.join(map(str, self.normalized_shape))}).")
+        axes = tuple(range(x.ndim - k, x.ndim))
+        d = x - mean(x, axes, keepdims=True)
+        y = d / sqrt(mean(d * d, axes, keepdims=True) + self.eps)
+        if self.weight is not None:
+            y = y * self.weight + self.bias
+        return y
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}"
+
+
+def dropout(x, p, rng, training=True):
+    """Zero each element with probability p and scale the rest by 1 / (1 - p) (inverted dropout);
+    the mask comes from the numpy Generator ``rng``."""
+    x = as_tensor(x)
+    if not training or p == 0:
+        return x
+    keep = rng.random(x.shape) >= p
+    return x * tensor(keep / (1.0 - p), x.dtype)
+
+
+class Dropout(Module):
+    """Inverted dropout with its own seeded random stream (``seed``): active in train(), identity in eval()."""
+
+    def __init__(self, p=0.5, *, seed=0):
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"Dropout: p={p}; expected a probability in [0, 1).")
+        self.p = float(p)
+        self._rng = np.random.default_rng(seed)
+
+    def forward(self, x):
+        return dropout(x, self.p, self._rng, self.training)
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+
+class Embedding(Module):
+    """Rows of a (num_embeddings, embedding_dim) table at integer indices: idx (...) -> (..., embedding_dim).
+    Initialised N(0, 1) as PyTorch."""
+
+    def __init__(self, num_embeddings, embedding_dim, *, seed=0, dtype=None):
+        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        self.weight = Parameter(I.normal((self.num_embeddings, self.embedding_dim), seed=seed, dtype=dtype))
+
+    def forward(self, idx):
+        a = idx.numpy() if isinstance(idx, Tensor) else np.asarray(idx)
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"Embedding: indices have dtype {a.dtype}; expected integers.")
+        if a.size and (a.min() < 0 or a.max() >= self.num_embeddings):
+            bad = a[(a < 0) | (a >= self.num_embeddings)].flat[0]
+            raise ValueError(f"Embedding(num_embeddings={self.num_embeddings}): index {bad} is out of range; "
+                             f"expected indices in [0, {self.num_embeddings}).")
+        return take(self.weight, a)
+
+    def extra_repr(self):
+        return f"{self.num_embeddings}, {self.embedding_dim}"
