@@ -49,7 +49,7 @@ def _evaluate(value, cols, m, who):
         v = np.full((m, 1), float(v))
     elif v.ndim == 1 and v.shape[0] == m:
         v = v[:, None]
-    elif v.ndim == 1:
+    elif v.ndim == 1 and not callable(value):
         v = np.broadcast_to(v[None, :], (m, v.shape[0]))
     if v.ndim != 2 or v.shape[0] != m:
         raise ValueError(f"{who}: value returned shape {np.shape(v)} for {m} points; expected "
