@@ -5,38 +5,39 @@ from __future__ import annotations
 def flatten(tree):
     """(leaves, treedef): leaves in a fixed order (dict keys sorted), treedef rebuilds the tree."""
     leaves = []
+    return leaves, _flatten(tree, leaves)
 
-    def rec(t):
-        if isinstance(t, dict):
-            keys = sorted(t, key=str)
-            return ("dict", keys, [rec(t[k]) for k in keys])
-        if isinstance(t, (list, tuple)) and not _is_namedtuple(t):
-            return (type(t), None, [rec(v) for v in t])
-        if _is_namedtuple(t):
-            return (type(t), t._fields, [rec(v) for v in t])
-        if t is None:
-            return ("none", None, None)
-        leaves.append(t)
-        return ("leaf", None, None)
-    return leaves, rec(tree)
+
+def _flatten(t, leaves):  # module-level, not a self-referencing closure: no reference cycle holding leaves
+    if isinstance(t, dict):
+        keys = sorted(t, key=str)
+        return ("dict", keys, [_flatten(t[k], leaves) for k in keys])
+    if isinstance(t, (list, tuple)) and not _is_namedtuple(t):
+        return (type(t), None, [_flatten(v, leaves) for v in t])
+    if _is_namedtuple(t):
+        return (type(t), t._fields, [_flatten(v, leaves) for v in t])
+    if t is None:
+        return ("none", None, None)
+    leaves.append(t)
+    return ("leaf", None, None)
 
 
 def unflatten(treedef, leaves):
-    it = iter(leaves)
+    return _unflatten(treedef, iter(leaves))
 
-    def rec(d):
-        kind, meta, kids = d
-        if kind == "leaf":
-            return next(it)
-        if kind == "none":
-            return None
-        if kind == "dict":
-            return {k: rec(c) for k, c in zip(meta, kids)}
-        vals = [rec(c) for c in kids]
-        if meta is not None:
-            return kind(*vals)
-        return kind(vals)
-    return rec(treedef)
+
+def _unflatten(d, it):
+    kind, meta, kids = d
+    if kind == "leaf":
+        return next(it)
+    if kind == "none":
+        return None
+    if kind == "dict":
+        return {k: _unflatten(c, it) for k, c in zip(meta, kids)}
+    vals = [_unflatten(c, it) for c in kids]
+    if meta is not None:
+        return kind(*vals)
+    return kind(vals)
 
 
 def _is_namedtuple(t):

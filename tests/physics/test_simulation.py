@@ -220,3 +220,18 @@ def test_vulkan_per_step_raises_fused_works(tmp_path):
     assert "RAISED Simulation 'heat1d': the per-step path differentiates the step kernel" in r.stdout
     err = float(r.stdout.split("FUSED_ERR")[1])
     assert err < 1e-5
+
+
+def test_forward_states_are_freed_without_waiting_for_gc():
+    """The rollout history is released as soon as the output dies (pytree flatten made no cycle)."""
+    import gc
+    sim = heat1d(8, 5)
+    u, r = _heat_u0(8), sm.tensor([0.2])
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(3):
+            sm.value_and_grad(lambda a: (sim(a, r) ** 2).sum())(u)
+        assert len(sim._saved) == 0
+    finally:
+        gc.enable()

@@ -1,0 +1,136 @@
+"""W5: differentiable 1-D heat rollout (1024 cells, 2000 steps, float64), loss and gradient w.r.t. u0.
+
+    python -m benchmarks.bench_w5 [--repeat 20] [--no-peers] [--no-memory]
+
+Rows: sciml fused path (time loop in one kernel + hand-written adjoint), sciml per-step path
+(one launch per step, Taichi's step.grad per step), the plain DiffTaichi style (fields, one kernel
+per step, ti.ad.Tape), PyTorch (eager) and JAX (lax.scan, jit). The gradient is compared with
+JAX's (and with the NumPy reference). Then the memory of a 1e5-step differentiated rollout, with
+and without checkpointing (tracemalloc peak: numpy buffers are traced).
+"""
+# No `from __future__ import annotations`: this file defines Taichi kernels.
+
+import argparse
+import statistics
+import time
+import tracemalloc
+
+import numpy as np
+
+from benchmarks import peers
+from benchmarks.peers import common as C
+
+
+def _samples(fn, warmup, repeat):
+    return peers.timeit_samples(fn, warmup=warmup, repeat=repeat)
+
+
+def bench_sciml(sm, mode, repeat):
+    u0n, tn = C.w5_inputs(0)
+    sim = sm.physics.heat1d(C.W5_N, C.W5_STEPS, mode=mode)
+    target, r = sm.tensor(tn), sm.tensor([C.W5_R])
+    vg = sm.value_and_grad(lambda u: ((sim(u, r) - target) ** 2).sum())
+    u0 = sm.tensor(u0n)
+    loss, g = vg(u0)
+    fwd = lambda: float(((sim(u0, r) - target) ** 2).sum())  # noqa: E731
+    s = _samples(lambda: vg(u0)[0].item(), 2 if mode == "fused" else 1, repeat if mode == "fused" else 3)
+    sf = _samples(fwd, 1, repeat if mode == "fused" else 3)
+    return peers.make_result(f"sciml/W5_{mode}", s, loss=float(loss), forward_only_s=statistics.median(sf),
+                             grad=g.numpy(), dtype="float64")
+
+
+def bench_difftaichi(ti, repeat):
+    """Plain DiffTaichi style: a (steps+1, n) field, one kernel launch per step, ti.ad.Tape."""
+    n, steps, r = C.W5_N, C.W5_STEPS, C.W5_R
+    u0n, tn = C.w5_inputs(0)
+    u = ti.field(ti.f64, shape=(steps + 1, n), needs_grad=True)
+    target = ti.field(ti.f64, shape=n)
+    loss = ti.field(ti.f64, shape=(), needs_grad=True)
+    target.from_numpy(tn)
+
+    @ti.kernel
+    def init(a: ti.types.ndarray(dtype=ti.f64, ndim=1)):
+        for i in range(n):
+            u[0, i] = a[i]
+
+    @ti.kernel
+    def step(t: ti.i32):
+        for i in range(1, n - 1):
+            u[t + 1, i] = u[t, i] + r * (u[t, i - 1] - 2.0 * u[t, i] + u[t, i + 1])
+
+    @ti.kernel
+    def compute_loss():
+        for i in range(n):
+            loss[None] += (u[steps, i] - target[i]) ** 2
+
+    def run():
+        init(u0n)
+        with ti.ad.Tape(loss=loss):
+            for t in range(steps):
+                step(t)
+            compute_loss()
+        return loss[None]
+
+    lv = run()
+    g = u.grad.to_numpy()[0].copy()
+    s = _samples(run, 1, max(3, repeat // 4))
+    return peers.make_result("taichi/W5_difftaichi_tape_per_step", s, loss=float(lv), grad=g, dtype="float64")
+
+
+def memory_1e5(sm):
+    """Peak traced bytes of one differentiated 1e5-step rollout, stored vs checkpointed."""
+    rows = []
+    u0n, tn = C.w5_inputs(0)
+    for k in (None, "auto"):
+        budget = (2 << 30) if k is None else (64 << 20)
+        sim = sm.physics.heat1d(C.W5_N, 100_000, checkpoint_every=k, memory_budget=budget)
+        target, r, u0 = sm.tensor(tn), sm.tensor([C.W5_R]), sm.tensor(u0n)
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        loss, g = sm.value_and_grad(lambda u: ((sim(u, r) - target) ** 2).sum())(u0)
+        dt = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        rows.append((sim.checkpoint_every, sim.memory_bytes(sim.checkpoint_every), peak, dt, g.numpy()))
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--no-memory", action="store_true")
+    args = ap.parse_args(argv)
+    import sciml as sm
+    sm.init(arch="cpu", dtype="float64")
+    import taichi as ti
+
+    results = [bench_sciml(sm, "fused", args.repeat), bench_sciml(sm, "per_step", args.repeat),
+               bench_difftaichi(ti, args.repeat)]
+    if not args.no_peers:
+        for name, fn in (("torch", "torch_w5_heat_grad"), ("jax", "jax_w5_heat_grad")):
+            mod = peers.load_peer(name)
+            if mod is not None:
+                results.append(getattr(mod, fn)())
+    ref_loss, ref_g = C.w5_reference(*C.w5_inputs(0))
+    jax_g = next((r["grad"] for r in results if r["name"].startswith("jax")), None)
+    fused = results[0]["median_s"]
+    for r in results:
+        g = r.get("grad")
+        r["rel_err_vs_numpy"] = float(np.abs(g - ref_g).max() / np.abs(ref_g).max())
+        if jax_g is not None:
+            r["rel_err_vs_jax"] = float(np.abs(g - jax_g).max() / np.abs(jax_g).max())
+        r["time_vs_sciml_fused"] = r["median_s"] / fused
+    print(peers.format_table(results, title="W5: heat 1-D, 1024 cells x 2000 steps, loss + grad wrt u0, float64"))
+    if not args.no_memory:
+        print("\nW5 at 1e5 steps (1024 cells, float64), one loss + gradient:")
+        print(f"{'checkpoint_every':>18}  {'states MiB (model)':>19}  {'peak traced MiB':>16}  {'time s':>7}")
+        rows = memory_1e5(sm)
+        for k, model, peak, dt, _ in rows:
+            print(f"{k:>18}  {model / 2**20:>19.1f}  {peak / 2**20:>16.1f}  {dt:>7.2f}")
+        print(f"max |grad_stored - grad_checkpointed| = {np.abs(rows[0][4] - rows[1][4]).max():.3e}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
