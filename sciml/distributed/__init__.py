@@ -18,8 +18,9 @@ from .autodiff import value_and_grad, wrap_loss
 from .collectives import all_reduce, broadcast, broadcast_parameters
 from .comm import (DistributedTimeoutError, abort, barrier, bcast_object, init, is_distributed, is_main,
                    launched_by_mpirun, rank, timeout, world_size)
-from .data import print0, rank_seed, shard, shard_range
+from .data import local_count, print0, rank_seed, shard, shard_range
 
 __all__ = ["init", "rank", "world_size", "is_main", "is_distributed", "barrier", "all_reduce", "broadcast",
            "broadcast_parameters", "bcast_object", "wrap_loss", "value_and_grad", "shard", "shard_range",
-           "rank_seed", "print0", "abort", "timeout", "launched_by_mpirun", "DistributedTimeoutError"]
+           "local_count", "rank_seed", "print0", "abort", "timeout", "launched_by_mpirun",
+           "DistributedTimeoutError"]

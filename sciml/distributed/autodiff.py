@@ -130,11 +130,13 @@ def wrap_loss(loss_fn, argnums=0, has_aux=False, weight=None):
     return wrapped
 
 
-def value_and_grad(loss_fn, argnums=0, has_aux=False, weight=None):
+def value_and_grad(loss_fn, argnums=0, has_aux=False, weight=None, reduce_aux=False):
     """Like :func:`sciml.value_and_grad`, but the loss and gradient are means over ranks, in ONE MPI call.
 
     The first-order data-parallel step: each rank differentiates its local loss, then loss and
-    gradients are packed together and all-reduced once. ``aux`` (with ``has_aux``) stays local.
+    gradients are packed together and all-reduced once. ``aux`` (with ``has_aux``) stays local unless
+    ``reduce_aux=True`` (then its Tensor / number leaves are averaged in the same call, e.g. the loss
+    terms a progress line prints).
 
     Example:
         >>> loss, grads = dist.value_and_grad(loss_fn)(params, x_local, y_local)
@@ -149,6 +151,9 @@ def value_and_grad(loss_fn, argnums=0, has_aux=False, weight=None):
         if comm.world_size() == 1:
             return value, grads
         loss = value[0] if has_aux else value
+        if has_aux and reduce_aux:
+            loss, grads, aux = all_reduce((loss, grads, value[1]), "mean", weight=weight)
+            return (loss, aux), grads
         loss, grads = all_reduce((loss, grads), "mean", weight=weight)
         return ((loss, value[1]) if has_aux else loss), grads
     return wrapped

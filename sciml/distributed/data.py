@@ -27,6 +27,16 @@ def shard_range(n: int, rank: int | None = None, size: int | None = None) -> tup
     return start, start + q + (1 if rank < r else 0)
 
 
+def local_count(n: int) -> int:
+    """How many of ``n`` global items (points, samples) this rank holds: ``n`` split as evenly as possible.
+
+    Example:
+        >>> pts = domain.sample_interior(dist.local_count(10000), rng)   # 5000 per rank on 2 ranks
+    """
+    a, b = shard_range(n)
+    return b - a
+
+
 def shard(data, axis: int = 0):
     """This rank's contiguous block of ``data`` along ``axis`` (the first axis by default).
 

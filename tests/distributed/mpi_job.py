@@ -73,6 +73,22 @@ def train_first_order(method, steps=10, lr=0.05):
     return p, np.array(losses)
 
 
+def train_sciml_adam(steps=10):
+    """sciml.optim.Adam on sciml.models.Parameter (in place), parameters synced by broadcast_parameters."""
+    from sciml.models import Parameter
+    from sciml.optim import Adam
+    x, y = dist.shard(global_data())
+    params = {k: Parameter(v) for k, v in init_params(seed=7 + dist.rank()).items()}
+    dist.broadcast_parameters(params)
+    opt = Adam(params, lr=0.05)
+    vg = dist.value_and_grad(lambda p: (loss_fn(p, x, y), {"half": loss_fn(p, x, y) * 0.5}), has_aux=True,
+                             reduce_aux=True)
+    for _ in range(steps):
+        (loss, aux), g = vg(params)
+        opt.step(g)
+    return {k: v.numpy() for k, v in params.items()}, float(aux["half"]) * 2 - float(loss)
+
+
 def weighted_unequal_shards():
     """Global batch of 15 over 2 ranks (8 + 7 points): weights make the mean the global mean."""
     x, y = dist.shard(global_data(15))
@@ -133,6 +149,9 @@ def run_train():
         p, losses = train_first_order(method)
         out.update({f"{method}_{k}": v for k, v in p.items()})
         out[f"{method}_losses"] = losses
+    p, aux_gap = train_sciml_adam()
+    out.update({f"smadam_{k}": v for k, v in p.items()})
+    out["aux_gap"] = np.asarray(aux_gap)
     loss, g, loss2, g2 = weighted_unequal_shards()
     out["w_loss"], out["w_loss2"] = np.asarray(loss), np.asarray(loss2)
     out.update({f"w_g_{k}": v for k, v in g.items()})

@@ -64,6 +64,14 @@ def test_two_ranks_train_like_one_rank_on_the_global_batch(two_ranks, one_rank, 
 
 
 @needs_mpirun
+def test_sciml_adam_with_broadcast_parameters_and_reduced_aux(two_ranks, one_rank):
+    for k in ("W0", "b0", "W1", "b1"):
+        _close(two_ranks[f"smadam_{k}"], one_rank[f"smadam_{k}"], f"sciml.optim.Adam {k} after 10 steps")
+        _close(two_ranks[f"smadam_{k}"], one_rank[f"adam_{k}"], f"sciml.optim.Adam vs textbook Adam {k}")
+    assert abs(float(two_ranks["aux_gap"])) < 1e-12  # aux reduced in the same call as loss and grads
+
+
+@needs_mpirun
 def test_weighted_mean_over_unequal_shards_is_the_global_mean(two_ranks, one_rank):
     _close(two_ranks["w_loss"], one_rank["w_loss"], "loss")
     _close(two_ranks["w_loss2"], one_rank["w_loss"], "wrap_loss value")

@@ -34,6 +34,10 @@ def test_shard_range_covers_everything_once():
     assert dist.shard_range(10, rank=1, size=3) == (4, 7)
 
 
+def test_local_count_on_one_rank_is_everything():
+    assert dist.local_count(10) == 10
+
+
 def test_rank_seed_on_rank_zero_is_the_seed():
     assert dist.rank_seed(5) == 5 and dist.rank_seed(None) is None
 
@@ -45,6 +49,8 @@ def test_errors_name_the_argument():
         dist.init(timeout=-1)
     with pytest.raises(ValueError, match=r"on_timeout=...\): got 'ignore'"):
         dist.init(on_timeout="ignore")
+    with pytest.raises(ValueError, match=r"init\(threads=...\): got 0"):
+        dist.init(threads=0)
     with pytest.raises(ValueError, match=r"all_reduce\(op=...\): got 'prod'"):
         dist.all_reduce([sm.tensor([1.0])], op="prod")
     with pytest.raises(ValueError, match=r"weights apply to op='mean' only"):
