@@ -1,0 +1,90 @@
+"""A data loader over in-memory numpy arrays: batching, seeded shuffling, drop_last.
+
+    >>> loader = DataLoader(X, y, batch_size=64, shuffle=True, seed=0)
+    >>> for xb, yb in loader: ...          # Tensors: floats in the default float dtype, integers int32
+
+Shuffling is a function of (seed, epoch) only, so a run resumed at epoch e sees the same batches
+as an uninterrupted one (``loader.set_epoch(e)``; iterating advances the epoch by one).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .autodiff.tensor import tensor
+
+__all__ = ["DataLoader", "train_test_split"]
+
+
+class DataLoader:
+    """Iterate over aligned arrays in mini-batches.
+
+    Args:
+        *arrays: numpy arrays (or array-likes) with the same first dimension.
+        batch_size: rows per batch.
+        shuffle: draw a new permutation every epoch (from ``seed`` and the epoch number).
+        seed: seed of the shuffling.
+        drop_last: drop the final incomplete batch.
+        dtype: float dtype of float arrays (default: sciml's default float dtype).
+    """
+
+    def __init__(self, *arrays, batch_size=32, shuffle=False, seed=0, drop_last=False, dtype=None):
+        if not arrays:
+            raise ValueError("DataLoader: got no arrays; expected e.g. DataLoader(X, y, batch_size=64).")
+        self.arrays = [np.asarray(a) for a in arrays]
+        n = self.arrays[0].shape[0] if self.arrays[0].ndim else None
+        for i, a in enumerate(self.arrays):
+            if a.ndim == 0 or a.shape[0] != n:
+                raise ValueError(f"DataLoader: array {i} has shape {a.shape}; expected first dimension {n} like "
+                                 "array 0 (one row per sample).")
+        if int(batch_size) <= 0:
+            raise ValueError(f"DataLoader: batch_size={batch_size}; expected a positive integer.")
+        self.n, self.batch_size = n, int(batch_size)
+        self.shuffle, self.seed, self.drop_last, self.dtype = bool(shuffle), int(seed), bool(drop_last), dtype
+        self.epoch = 0
+
+    def __len__(self):
+        return self.n // self.batch_size if self.drop_last else math.ceil(self.n / self.batch_size)
+
+    def set_epoch(self, epoch: int):
+        """The epoch whose permutation the next iteration uses."""
+        self.epoch = int(epoch)
+
+    def order(self, epoch=None):
+        """Row order of an epoch (a permutation if shuffling)."""
+        e = self.epoch if epoch is None else epoch
+        if not self.shuffle:
+            return np.arange(self.n)
+        return np.random.default_rng([self.seed, e]).permutation(self.n)
+
+    def batches(self, epoch=None, start=0):
+        """Yield the batches of ``epoch`` from batch index ``start`` on (as tuples of Tensors)."""
+        idx = self.order(epoch)
+        for b in range(start, len(self)):
+            sel = idx[b * self.batch_size:(b + 1) * self.batch_size]
+            yield tuple(self._to_tensor(a[sel]) for a in self.arrays)
+
+    def _to_tensor(self, a):
+        if a.dtype.kind == "f":
+            return tensor(a, self.dtype or "float")
+        return tensor(a)
+
+    def __iter__(self):
+        e = self.epoch
+        self.epoch += 1
+        return self.batches(e)
+
+
+def train_test_split(*arrays, test_size=0.25, seed=0):
+    """Split aligned arrays into train and test parts with a seeded permutation:
+    returns (a_train, a_test, b_train, b_test, ...)."""
+    n = np.asarray(arrays[0]).shape[0]
+    perm = np.random.default_rng(seed).permutation(n)
+    k = int(round(n * test_size)) if test_size < 1 else int(test_size)
+    te, tr = perm[:k], perm[k:]
+    out = []
+    for a in arrays:
+        a = np.asarray(a)
+        out += [a[tr], a[te]]
+    return out

@@ -1,0 +1,76 @@
+"""DataLoader (batching, seeded shuffling, drop_last) and Trainer (fit, metrics, checkpoint/resume, NaN)."""
+import numpy as np
+import pytest
+
+import sciml as sm
+from sciml.data import DataLoader, train_test_split
+from sciml.models import MLP, accuracy, cross_entropy, mse
+from sciml.optim import Adam
+from sciml.train import Trainer
+
+R = np.random.default_rng(0)
+X = R.normal(size=(50, 3))
+Y = (X[:, 0] + X[:, 1] > 0).astype(np.int64)
+
+
+def test_loader_batches_shuffle_drop_last():
+    dl = DataLoader(X, Y, batch_size=16)
+    bs = list(dl)
+    assert len(dl) == 4 and [b[0].shape[0] for b in bs] == [16, 16, 16, 2]
+    np.testing.assert_array_equal(bs[0][0].numpy(), X[:16])
+    assert bs[0][1].dtype == "int32"
+    dl2 = DataLoader(X, Y, batch_size=16, shuffle=True, seed=3, drop_last=True)
+    assert len(dl2) == 3
+    e0, e1 = list(dl2), list(dl2)
+    assert not np.array_equal(e0[0][0].numpy(), e1[0][0].numpy())        # new permutation per epoch
+    again = list(DataLoader(X, Y, batch_size=16, shuffle=True, seed=3, drop_last=True).batches(epoch=1))
+    np.testing.assert_array_equal(again[2][0].numpy(), e1[2][0].numpy())  # function of (seed, epoch)
+    rows = np.concatenate([b[0].numpy() for b in DataLoader(X, batch_size=7, shuffle=True)])
+    np.testing.assert_array_equal(np.sort(rows, 0), np.sort(X, 0))
+    a, b, c, d = train_test_split(X, Y, test_size=0.2, seed=0)
+    assert a.shape == (40, 3) and b.shape == (10, 3) and c.shape == (40,)
+
+
+def test_loader_errors():
+    with pytest.raises(ValueError, match=r"array 1 has shape \(3,\); expected first dimension 50"):
+        DataLoader(X, Y[:3])
+    with pytest.raises(ValueError, match="batch_size=0"):
+        DataLoader(X, batch_size=0)
+
+
+def _trainer(tmp_path=None, every=None, **kw):
+    net = MLP([3, 8, 2], activation=sm.relu, seed=0)
+    return Trainer(net, cross_entropy, Adam(net.parameters(), lr=0.05), metrics={"accuracy": accuracy},
+                   checkpoint=None if tmp_path is None else tmp_path / "ck.npz", checkpoint_every=every,
+                   progress=False, **kw)
+
+
+def test_fit_learns_and_evaluates():
+    tr = _trainer()
+    h = tr.fit(DataLoader(X, Y, batch_size=10, shuffle=True), epochs=8, val=(X, Y))
+    assert len(h["loss"]) == 40 and h["loss"][-1] < h["loss"][0]
+    ev = tr.evaluate((X, Y))
+    assert ev["accuracy"] > 0.9 and ev == h["val"][-1]
+
+
+def test_checkpoint_resume_equals_uninterrupted(tmp_path):
+    full = _trainer()
+    full.fit(DataLoader(X, Y, batch_size=10, shuffle=True), epochs=3)
+    part = _trainer(tmp_path, every=7)
+    part.fit(DataLoader(X, Y, batch_size=10, shuffle=True), epochs=3, max_steps=9)   # checkpoint at step 7
+    resumed = _trainer()
+    resumed.checkpoint = tmp_path / "ck.npz"
+    resumed.fit(DataLoader(X, Y, batch_size=10, shuffle=True), epochs=3, resume=tmp_path / "ck.npz")
+    assert resumed.step == 15 and len(resumed.history["loss"]) == 15
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=0)
+    np.testing.assert_allclose(full.history["loss"], resumed.history["loss"])
+
+
+def test_nan_loss_raises_with_step():
+    net = MLP([3, 4, 1], seed=0)
+    tr = Trainer(net, mse, Adam(lr=0.01), progress=False)
+    Yr = R.normal(size=(50, 1))
+    Yr[25:] = np.nan
+    with pytest.raises(FloatingPointError, match="the loss is nan at step 2 "):
+        tr.fit(DataLoader(X, Yr, batch_size=10), epochs=1)
