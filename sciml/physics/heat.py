@@ -26,6 +26,22 @@ def heat_step(u: arr, p: arr, c: arr, out: arr):
         out[i] = v
 
 
+U = 8  # cells per unrolled block: LLVM packs the block into SIMD ops (1.7 -> 1.2 ms for W5's forward)
+
+
+@ti.func
+def _stencil(src: ti.template(), s0, dst: ti.template(), d0, n, w, r):
+    """dst[d0 + i] = w src[s0 + i] + r (src[s0 + i - 1] + src[s0 + i + 1]) for 1 <= i <= n-2."""
+    nb = (n - 2) // U
+    for b in range(nb):
+        i0 = 1 + U * b
+        a = ti.Vector([src[s0 + i0 - 1 + k] for k in ti.static(range(U + 2))])
+        for k in ti.static(range(U)):
+            dst[d0 + i0 + k] = w * a[k + 1] + r * (a[k] + a[k + 2])
+    for i in range(1 + U * nb, n - 1):
+        dst[d0 + i] = w * src[s0 + i] + r * (src[s0 + i - 1] + src[s0 + i + 1])
+
+
 @ti.kernel
 def heat_rollout(hist: arr, p: arr, c: arr, m: ti.i32):
     """m steps inside one kernel; hist is (m+1) x n, flat."""
@@ -34,12 +50,10 @@ def heat_rollout(hist: arr, p: arr, c: arr, m: ti.i32):
     n = hist.shape[0] // (m + 1)
     ti.loop_config(serialize=True)
     for t in range(m):
-        src = t * n
-        dst = src + n
+        dst = (t + 1) * n
         hist[dst] = 0.0
         hist[dst + n - 1] = 0.0
-        for i in range(1, n - 1):
-            hist[dst + i] = w * hist[src + i] + r * (hist[src + i - 1] + hist[src + i + 1])
+        _stencil(hist, t * n, hist, dst, n, w, r)
 
 
 @ti.kernel
@@ -47,9 +61,9 @@ def heat_adjoint(hist: arr, p: arr, c: arr, m: ti.i32, lam: arr, work: arr, gp: 
     """Hand-written adjoint, stepped backward in time; lam/work ping-pong, result in lam."""
     r = p[0]
     w = 1.0 - 2.0 * r
+    n = lam.shape[0]
     ti.loop_config(serialize=True)
     for k in range(m + 1):
-        n = lam.shape[0]
         if k == m:  # final copy when the result landed in work
             if m % 2 == 1:
                 for i in range(n):
@@ -62,8 +76,7 @@ def heat_adjoint(hist: arr, p: arr, c: arr, m: ti.i32, lam: arr, work: arr, gp: 
                 lam[n - 1] = 0.0
                 work[0] = r * lam[1]
                 work[n - 1] = r * lam[n - 2]
-                for i in range(1, n - 1):
-                    work[i] = w * lam[i] + r * (lam[i - 1] + lam[i + 1])
+                _stencil(lam, 0, work, 0, n, w, r)
                 if need_params:
                     for i in range(1, n - 1):
                         acc += lam[i] * (hist[t * n + i - 1] - 2.0 * hist[t * n + i] + hist[t * n + i + 1])
@@ -72,8 +85,7 @@ def heat_adjoint(hist: arr, p: arr, c: arr, m: ti.i32, lam: arr, work: arr, gp: 
                 work[n - 1] = 0.0
                 lam[0] = r * work[1]
                 lam[n - 1] = r * work[n - 2]
-                for i in range(1, n - 1):
-                    lam[i] = w * work[i] + r * (work[i - 1] + work[i + 1])
+                _stencil(work, 0, lam, 0, n, w, r)
                 if need_params:
                     for i in range(1, n - 1):
                         acc += work[i] * (hist[t * n + i - 1] - 2.0 * hist[t * n + i] + hist[t * n + i + 1])
