@@ -1,0 +1,118 @@
+"""solve(): a short 1-D Poisson solve to < 1e-3, an inverse problem, checkpoints and resume,
+adaptive weights, resampling, float32, callbacks and clear errors."""
+import numpy as np
+import pytest
+
+import sciml as sm
+from sciml.models import MLP
+from sciml.optim import LBFGS, Adam
+from sciml.pinn import (Dirichlet, GradNorm, Interval, Parameter, PointData, Problem, d, solve)
+
+
+def _poisson(**kw):
+    def residual(u, x):
+        return d(u, x, x) + np.pi ** 2 * sm.sin(np.pi * x)
+    return Problem(Interval(0, 1), residual, conditions=[Dirichlet(0.0)],
+                   reference=lambda p: np.sin(np.pi * p[:, 0]), **kw)
+
+
+def test_short_1d_poisson_solve_is_accurate(tmp_path):
+    net = MLP([1, 16, 16, 1], activation=sm.tanh, seed=0)
+    r = solve(_poisson(), net, points=64, seed=0, verbose=False,
+              stages=[(Adam(lr=1e-2), 300), (LBFGS(history=20, max_iter=50), 300)])
+    assert r.rel_l2 < 1e-3
+    assert set(r.errors) == {"rel_l2", "max_abs", "rmse"}
+    h = r.history
+    assert len(h["step"]) == len(h["loss"]) == len(h["pde"]) == len(h["dirichlet:boundary"])
+    assert h["loss"][-1] < h["loss"][0]
+    assert r.path == "fused"
+    fig = r.plot(str(tmp_path / "poisson.png"))
+    assert (tmp_path / "poisson.png").stat().st_size > 1000 and fig is not None
+    np.testing.assert_allclose(r.predict([[0.5]])[:, 0], 1.0, atol=1e-2)
+
+
+def test_inverse_problem_recovers_a_coefficient():
+    # u'' + c pi^2 sin(pi x) = 0 with u = sin(pi x) observed: c = 1
+    c = Parameter(0.5, log=True)
+
+    def residual(u, x, c):
+        return d(u, x, x) + c * np.pi ** 2 * sm.sin(np.pi * x)
+    xs = np.linspace(0.05, 0.95, 20)[:, None]
+    pb = Problem(Interval(0, 1), residual, parameters={"c": c},
+                 conditions=[Dirichlet(0.0), PointData(xs, np.sin(np.pi * xs[:, 0]))])
+    net = MLP([1, 16, 1], activation=sm.tanh, seed=0)
+    r = solve(pb, net, points=32, verbose=False,
+              stages=[(Adam(lr=2e-2), 300), (LBFGS(max_iter=50), 200)])
+    assert r.parameters["c"] == pytest.approx(1.0, rel=1e-2)
+
+
+def test_checkpoint_and_resume(tmp_path):
+    ck = str(tmp_path / "run.npz")
+    pb = _poisson()
+    net = MLP([1, 8, 1], seed=0)
+    r1 = solve(pb, net, points=16, stages=[(Adam(lr=1e-2), 10)], checkpoint=ck,
+               checkpoint_every=5, verbose=False)
+    w_end = net.params()["layers"]["0"]["weight"].numpy()
+    # a fresh network resumes from the saved parameters and continues with the next stage
+    net2 = MLP([1, 8, 1], seed=5)
+    r2 = solve(pb, net2, points=16, stages=[(Adam(lr=1e-2), 10), (Adam(lr=1e-3), 3)],
+               checkpoint=ck, verbose=False)
+    assert r2.history["step"][:10] == r1.history["step"]
+    assert r2.history["step"][10:] == [11, 12, 13]
+    with pytest.raises(ValueError, match="comes from another network"):
+        solve(pb, MLP([1, 4, 1], seed=0), points=16, stages=[(Adam(), 1)], checkpoint=ck,
+              verbose=False)
+
+
+def test_grad_norm_weights_adapt():
+    net = MLP([1, 8, 1], seed=0)
+    seen = []
+    r = solve(_poisson(), net, points=16, stages=[(Adam(lr=1e-2), 4)], verbose=False,
+              weights=GradNorm(every=2, alpha=0.0), log_every=1,
+              callbacks=[lambda info: seen.append(dict(info.weights))])
+    assert seen[-1]["pde"] != 1.0 and seen[-1]["dirichlet:boundary"] != 1.0
+    total = sum(seen[-1].values())
+    assert np.isfinite(total) and r.history["step"] == [1, 2, 3, 4]
+
+
+def test_callback_stops_and_fixed_weights():
+    net = MLP([1, 8, 1], seed=0)
+    r = solve(_poisson(), net, points=16, stages=[(Adam(lr=1e-2), 50)], verbose=False,
+              weights={"dirichlet:boundary": 10.0}, log_every=5,
+              callbacks=[lambda info: info.step >= 10])
+    assert r.history["step"][-1] == 10
+
+
+def test_resampling_and_float32():
+    net = MLP([1, 8, 1], seed=0)
+    r = solve(_poisson(), net, points=32, stages=[(Adam(lr=1e-2), 6)], verbose=False,
+              resample={"method": "rad", "every": 3}, dtype="float32")
+    assert net.params()["layers"]["0"]["weight"].dtype == "float32"
+    assert np.isfinite(r.rel_l2)
+    r = solve(_poisson(), MLP([1, 8, 1], seed=0), points=32, stages=[(Adam(lr=1e-2), 4)],
+              verbose=False, resample={"method": "rar", "every": 2, "add": 0.25})
+    assert np.isfinite(r.rel_l2)
+
+
+def test_progress_lines(capsys):
+    solve(_poisson(), MLP([1, 8, 1], seed=0), points=16, stages=[(Adam(lr=1e-2), 4)],
+          log_every=2)
+    out = capsys.readouterr().out
+    assert "Adam      2/4" in out and "rel_l2" in out and "steps/s" in out
+    assert "relative L2 error" in out
+
+
+# ---- clear errors --------------------------------------------------------------------------
+def test_bad_stages_points_and_net():
+    pb = _poisson()
+    net = MLP([1, 8, 1], seed=0)
+    with pytest.raises(ValueError, match=r"expected \(optimizer, steps\)"):
+        solve(pb, net, stages=[Adam()])
+    with pytest.raises(ValueError, match="unknown key"):
+        solve(pb, net, points={"inside": 10}, stages=[(Adam(), 1)])
+    with pytest.raises(ValueError, match=r"maps \(n, 1\) to \(1, 2\)"):
+        solve(pb, MLP([1, 4, 2], seed=0), stages=[(Adam(), 1)])
+    with pytest.raises(ValueError, match="dtype must be"):
+        solve(pb, net, stages=[(Adam(), 1)], dtype="float16")
+    with pytest.raises(ValueError, match="unknown term"):
+        solve(pb, net, stages=[(Adam(), 1)], weights={"bc": 1.0})
