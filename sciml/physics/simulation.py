@@ -193,6 +193,19 @@ class Simulation:
             raise ValueError(f"Simulation {self.name!r} was declared without control_shape; got controls.")
         return self.prim(*ins, sim=self)
 
+    def trajectory(self, x0, params=None, controls=None, every=1):
+        """The states x_0, x_every, x_2every, ... x_T as a numpy array (no gradient; for plots)."""
+        x0 = as_tensor(x0)
+        dtype = x0.dtype
+        npdt = backend.NP_DTYPES[dtype]
+        p = self._host(zeros(self.params_shape, dtype) if params is None else as_tensor(params, dtype))
+        ctrl = self._host(as_tensor(controls, dtype)) if controls is not None else np.zeros(self.steps * self.C, npdt)
+        S, C = self.S, self.C
+        seg = np.empty((self.steps + 1) * S, npdt)
+        seg[:S] = self._host(x0)
+        self._roll(seg, p, ctrl, self.steps)
+        return seg.reshape((self.steps + 1,) + self.state_shape)[::every].copy()
+
     def _check(self, what, t, shape, dtype):
         if t.dtype != dtype:
             raise TypeError(f"Simulation {self.name!r}: {what} has dtype {t.dtype}; expected {dtype} (like x0).")
