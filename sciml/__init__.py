@@ -15,6 +15,8 @@ from .autodiff.ops import (abs, add, astype, broadcast_to, clip, concat, cos, di
                            reshape, scatter_add, sigmoid, sign, silu, sin, softmax, softplus, split, sqrt, square,
                            squeeze, stack, sub, sum, take, tanh, transpose, unsqueeze, var, where)
 
+from .autodiff.fuse import fuse
+
 __version__ = "0.1.0"
 float32, float64, int32 = "float32", "float64", "int32"
 

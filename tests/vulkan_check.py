@@ -102,6 +102,12 @@ def main():
     check("logsumexp", sm.logsumexp(x, -1), lse)
     check("log_softmax", sm.log_softmax(x), a - lse[:, None])
 
+    # a fused chain: one generated kernel
+    fz = sm.fuse(lambda p, q, r: sm.tanh(p * q + r))
+    check("fuse tanh(a*b+c)", fz(x, x, x), np.tanh(a * a + a))
+    g = sm.grad(lambda u: fz(u, x, 1.0).sum())(x)
+    check("grad fused", g, (1 - np.tanh(a.astype(np.float64) ** 2 + 1) ** 2) * a)
+
     # first derivatives (our own rules, built from forward kernels: valid on Vulkan)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     g = sm.grad(lambda u: (sm.sin(u) * u).sum())(x)
