@@ -5,6 +5,7 @@ against the reference and the time, optionally write a plot.
     sciml solve poisson --dtype float64 --steps 1000,2000 --points 2048
 """
 import argparse
+import os
 import sys
 import time
 
@@ -61,7 +62,11 @@ def add_parser(subparsers):
 
 
 def run(args):
+    from .. import distributed as dist
     from .. import runtime
+    dist.init()  # under `mpirun -np N`: join the job (and split the cores) before Taichi starts
+    if not dist.is_main():  # only rank 0 prints and writes the plot
+        sys.stdout = open(os.devnull, "w")
     runtime.init(arch=args.arch, dtype=args.dtype)
     from .problems import get
     setup = get(args.problem)
@@ -83,7 +88,8 @@ def run(args):
     n_int = points["interior"] if isinstance(points, dict) else points
     print(f"sciml solve {args.problem}: net {sizes or setup.sizes} {setup.activation}, "
           f"{n_int} interior points, Adam {steps[0]} + {args.optimizer.upper()} {steps[1]} "
-          f"steps, {args.dtype}, arch {runtime.arch()}", flush=True)
+          f"steps, {args.dtype}, arch {runtime.arch()}"
+          + (f", {dist.world_size()} MPI ranks" if dist.is_distributed() else ""), flush=True)
     t0 = time.perf_counter()
     result = setup.run(steps=steps, points=points, seed=args.seed, dtype=args.dtype, sizes=sizes,
                        optimizer=args.optimizer, verbose=not args.quiet,
@@ -92,7 +98,7 @@ def run(args):
     print(f"relative L2 error: {result.rel_l2:.3e}")
     print(f"max abs error:     {result.errors.get('max_abs', float('nan')):.3e}")
     print(f"time:              {wall:.1f} s (derivative path: {result.path})")
-    if args.plot:
+    if args.plot and dist.is_main():
         result.plot(args.plot)
         print(f"plot written to {args.plot}")
     return 0

@@ -15,10 +15,11 @@ import time
 import numpy as np
 
 from .. import backend
+from .. import distributed as dist
 from ..autodiff import ops
 from ..autodiff.pytree import flatten, unflatten
 from ..autodiff.tensor import tensor
-from ..autodiff.transforms import value_and_grad, vjp
+from ..autodiff.transforms import vjp
 from . import sampling
 from .problem import Batch, Loss, Problem
 from .weighting import as_weighting
@@ -135,6 +136,7 @@ def _point_counts(problem, points):
 def sample_batch(problem, points, rng, method, dtype):
     """Sample interior and condition points (a :class:`Batch`)."""
     n_int, per = _point_counts(problem, points)
+    n_int, per = dist.local_count(n_int), [dist.local_count(n) for n in per]  # this rank's share (MPI)
     interior = problem.domain.sample_interior(n_int, rng, method)
     cond_pts = [c.sample(problem.domain, n, rng, method) for c, n in zip(problem.conditions, per)]
     return Batch(problem, interior, cond_pts, dtype)
@@ -179,6 +181,8 @@ class Progress:
 
 
 def _save_checkpoint(path, params, stage, step, weights, history, opt):
+    if not dist.is_main():  # under MPI only rank 0 writes (every rank holds the same values)
+        return
     leaves, _ = flatten(params)
     data = {f"p{i}": np.asarray(l.numpy()) for i, l in enumerate(leaves)}
     data["stage"], data["step"], data["weights"] = np.array(stage), np.array(step), weights
@@ -257,7 +261,8 @@ def solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(),
         raise ValueError(f"solve: dtype must be 'float32' or 'float64', got {dtype!r}.")
     stages = _check_stages(_default_stages() if stages is None else stages)
     weighting = as_weighting(weights)
-    rng = sampling.as_rng(seed, "solve(seed=...)")
+    verbose = verbose and dist.is_main()  # under MPI: rank 0 prints
+    rng = sampling.as_rng(dist.rank_seed(seed) if isinstance(seed, int) else seed, "solve(seed=...)")
     _cast_net(net, dtype)
     _check_net(problem, net, dtype)
     batch = sample_batch(problem, points, rng, method, dtype)
@@ -271,13 +276,14 @@ def solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(),
     grid = _reference_grid(problem)
     history = {k: [] for k in ["step", "loss", *names, "rel_l2", "time"]}
     start_stage, start_step, opt_sd = 0, 0, None
-    if checkpoint and resume and os.path.exists(checkpoint):
+    if checkpoint and resume and dist.bcast_object(os.path.exists(checkpoint)):
         start_stage, start_step, w, hist, opt_sd = _load_checkpoint(checkpoint, params)
         weighting.load(w)
         history.update({k: list(v) for k, v in hist.items() if k in history})
         if verbose:
             print(f"resuming from {checkpoint}: stage {start_stage + 1}, step {start_step}")
     resample = _resample_options(resample)
+    dist.broadcast_parameters(params)  # under MPI: every rank starts from rank 0's parameters
 
     t0 = time.perf_counter()
     w_now = lambda: [float(v) for v in weighting.w]  # noqa: E731
@@ -320,20 +326,20 @@ def solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(),
         k = first
         while k < steps and not stop:
             if curv:
-                chunk_fn = lambda p: total(p)[0]  # noqa: E731
+                chunk_fn = dist.wrap_loss(lambda p: total(p)[0])  # global mean over MPI ranks
                 res = opt.step(chunk_fn)
                 done = max(int(getattr(res, "iterations", 1)), 0)
                 k += max(done, 1)
                 global_step += max(done, 1)
                 with_log = True
-                value, terms = float(res.loss), loss.terms(params)
+                value, terms = float(res.loss), dist.all_reduce(loss.terms(params))
                 if done == 0 or getattr(res, "reason", "") in ("gtol", "ftol", "xtol",
                                                                "line_search", "converged"):
                     stop_stage = True
                 else:
                     stop_stage = False
             else:
-                (value_t, terms), grads = value_and_grad(total, has_aux=True)(params)
+                (value_t, terms), grads = dist.value_and_grad(total, has_aux=True, reduce_aux=True)(params)
                 opt.step(grads)
                 k += 1
                 global_step += 1
@@ -408,7 +414,7 @@ def _term_grad_norms(loss, params):
     for i in range(m):
         e = np.zeros(m)
         e[i] = 1.0
-        g = pull(tensor(e, out.dtype))[0]
+        g = dist.all_reduce(pull(tensor(e, out.dtype))[0])  # global gradient under MPI
         leaves, _ = flatten(g)
         norms.append(math.sqrt(sum(float((l * l).sum()) for l in leaves)))
     return norms
