@@ -26,8 +26,7 @@ Example:
     >>> f = sm.taichi_function(smooth, inputs=[(8,), (1,)], outputs=[(8,)])
     >>> g = sm.grad(lambda u: f(u, sm.tensor([2.0])).sum())(sm.linspace(0, 1, 8))   # 2 cos(u)
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: this file builds Taichi kernels (see _copy_kernels).
 import inspect
 import math
 
@@ -42,6 +41,51 @@ FIRST_ORDER_MSG = ("{name!r} is differentiated by Taichi, which is first order o
 VULKAN_MSG = ("{name!r}: Taichi's autodiff returns all-zero ndarray gradients on Vulkan (taichi issue 8524), "
               "so sciml will not differentiate it there. Run on arch='cpu' (or 'cuda'), or give it a vjp rule "
               "in sciml ops with .def_vjp(...).")
+
+
+_COPY = {}
+
+
+def copy_kernels():
+    """Serialized helpers between flat host arrays and shaped (grad) ndarrays, any ndim:
+    ``load(src, a, ag)``: a = src, ag = 0; ``put(src, a)``: a = src; ``get(a, dst)``: dst = a.
+    Cheaper than ``from_numpy`` / ``fill`` / ``to_numpy`` (parallel loops, +70-100 us each here)."""
+    if _COPY:
+        return _COPY
+    ti = runtime.ensure_init()
+
+    @ti.func
+    def _index(a: ti.template(), f):
+        nd = ti.static(len(a.shape))
+        idx = ti.Vector([0] * nd)
+        r = f
+        for k in ti.static(range(nd)):
+            idx[ti.static(nd - 1 - k)] = r % a.shape[ti.static(nd - 1 - k)]
+            r = r // a.shape[ti.static(nd - 1 - k)]
+        return idx
+
+    @ti.kernel
+    def load(src: ti.types.ndarray(ndim=1), a: ti.types.ndarray(), ag: ti.types.ndarray()):
+        ti.loop_config(serialize=True)
+        for f in range(src.shape[0]):
+            i = _index(a, f)
+            a[i] = src[f]
+            ag[i] = 0
+
+    @ti.kernel
+    def put(src: ti.types.ndarray(ndim=1), a: ti.types.ndarray()):
+        ti.loop_config(serialize=True)
+        for f in range(src.shape[0]):
+            a[_index(a, f)] = src[f]
+
+    @ti.kernel
+    def get(a: ti.types.ndarray(), dst: ti.types.ndarray(ndim=1)):
+        ti.loop_config(serialize=True)
+        for f in range(dst.shape[0]):
+            dst[f] = a[_index(a, f)]
+
+    _COPY.update(load=load, put=put, get=get)
+    return _COPY
 
 
 def _kernel_params(kernel):
@@ -96,6 +140,7 @@ class TaichiFunction:
                                  f"kernel annotates it ndarray(ndim={nd}).")
         self.user_vjp = None
         self.user_jvp = None
+        self._grad_bufs = {}
         self.prim = Primitive(f"taichi:{self.name}", self._forward)
         self.prim.def_vjp(self._vjp)
         self.grad_prim = Primitive(f"taichi:{self.name}.grad", self._grad_forward)
@@ -233,28 +278,37 @@ class TaichiFunction:
         return t.reshape(out.shape)
 
     def _grad_forward(self, g, *xs, fn):
-        """Cotangents of all inputs, concatenated flat, from Taichi's ``kernel.grad``."""
+        """Cotangents of all inputs, concatenated flat, from Taichi's ``kernel.grad``.
+
+        The kernel is not re-run first: Taichi's adjoint recomputes what it needs from the inputs
+        (so kernels must not read their outputs, as Taichi's autodiff rules require anyway)."""
         ti = runtime.ensure_init()
+        K = copy_kernels()
         dtype = g.dtype
-        tdt = backend.ti_dtype(dtype)
+        npdt = backend.NP_DTYPES[dtype]
         out_shapes = self._out_shapes([x.shape for x in xs])
-        ins = []
-        for x in xs:
-            a = ti.ndarray(tdt, x.shape, needs_grad=True)
-            a.from_numpy(np.ascontiguousarray(backend.to_numpy(x._buf, x.shape, dtype)))
-            ins.append(a)
-        gflat = backend.to_numpy(g._buf, g.shape, dtype).reshape(-1)
-        outs, start = [], 0
-        for s in out_shapes:
+        key = (dtype, tuple(x.shape for x in xs), tuple(out_shapes))
+        bufs = self._grad_bufs.get(key)
+        if bufs is None:
+            tdt = backend.ti_dtype(dtype)
+            bufs = self._grad_bufs[key] = ([ti.ndarray(tdt, x.shape, needs_grad=True) for x in xs],
+                                           [ti.ndarray(tdt, s, needs_grad=True) for s in out_shapes])
+        ins, outs = bufs
+        for x, a in zip(xs, ins):
+            K["load"](np.ascontiguousarray(backend.to_numpy(x._buf, (x.size,), dtype)), a, a.grad)
+        gflat = np.ascontiguousarray(backend.to_numpy(g._buf, (g.size,), dtype))
+        start = 0
+        for s, o in zip(out_shapes, outs):
             n = math.prod(s)
-            o = ti.ndarray(tdt, s, needs_grad=True)
-            o.grad.from_numpy(np.ascontiguousarray(gflat[start:start + n].reshape(s)))
-            outs.append(o)
+            K["put"](gflat[start:start + n], o.grad)
             start += n
-        self.kernel(*ins, *outs, *self.constants)  # primal values, for kernels that read their outputs
         self.kernel.grad(*ins, *outs, *self.constants)
-        flat = np.concatenate([a.grad.to_numpy().reshape(-1) for a in ins]) if ins else np.zeros(0)
-        return backend.from_numpy(flat, dtype), (flat.size,), dtype
+        flat = np.empty(sum(x.size for x in xs), npdt)
+        start = 0
+        for x, a in zip(xs, ins):
+            K["get"](a.grad, flat[start:start + x.size])
+            start += x.size
+        return backend.from_numpy(flat, dtype) if not backend.on_host() else flat, (flat.size,), dtype
 
     def _no_second_order(self, *args, **kwargs):
         raise NotImplementedError(FIRST_ORDER_MSG.format(name=self.name))

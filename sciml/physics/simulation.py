@@ -44,7 +44,7 @@ import numpy as np
 from .. import backend, runtime
 from ..autodiff.backward import needs
 from ..autodiff.primitive import Primitive, _state as _tape_state
-from ..autodiff.taichi_bridge import FIRST_ORDER_MSG, TaichiFunction
+from ..autodiff.taichi_bridge import FIRST_ORDER_MSG, TaichiFunction, copy_kernels
 from ..autodiff.tensor import as_tensor, zeros
 
 VULKAN_MSG = ("Simulation {name!r}: the per-step path differentiates the step kernel with Taichi's autodiff, "
@@ -403,23 +403,20 @@ class Simulation:
                                ti.ndarray(dtype, cs, needs_grad=True),
                                ti.ndarray(dtype, self.state_shape, needs_grad=True))
         _, xa, pa, ca, xb = self._grad_bufs
-        pa.from_numpy(p.reshape(self.params_shape))
-        pa.grad.fill(0)
-        view = seg.reshape((m + 1,) + self.state_shape)
-        cv = ctrl.reshape((m,) + cs)
-        gcv = gc.reshape((m,) + cs)
-        lam_v = lam.reshape(self.state_shape)
+        K = copy_kernels()
+        K["load"](p, pa, pa.grad)
+        S, C = self.S, self.C
         for t in range(m - 1, -1, -1):
-            xa.from_numpy(np.ascontiguousarray(view[t]))
-            ca.from_numpy(np.ascontiguousarray(cv[t]))
-            xb.grad.from_numpy(np.ascontiguousarray(lam_v))
-            xa.grad.fill(0)
-            ca.grad.fill(0)
+            K["load"](seg[t * S:(t + 1) * S], xa, xa.grad)
+            K["load"](ctrl[t * C:(t + 1) * C], ca, ca.grad)
+            K["put"](lam, xb.grad)
             self.step.grad(xa, pa, ca, xb, *self.constants)
-            lam_v[...] = xa.grad.to_numpy()
-            gcv[t] = ca.grad.to_numpy()
+            K["get"](xa.grad, lam)
+            K["get"](ca.grad, gc[t * C:(t + 1) * C])
         if need_params:
-            gp += pa.grad.to_numpy().reshape(-1)
+            tmp = np.empty(self.P, p.dtype)
+            K["get"](pa.grad, tmp)
+            gp += tmp
 
     def _no_second_order(self, *args, **kwargs):
         raise NotImplementedError(FIRST_ORDER_MSG.format(name=self.name))
