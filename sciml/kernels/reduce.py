@@ -41,7 +41,8 @@ def reduce(op: str, x, out, outer: int, r: int, inner: int, dtype: str):
     early (lavapipe; wrong sums, no error).
     """
     nout = outer * inner
-    if r > MAX_SEQ and (nout < 64 or not C.backend.on_host()):
+    host = C.backend.on_host()
+    if (r > MAX_SEQ and not host) or (r >= C.SERIAL_BELOW and nout < 64 and host):
         from .. import backend
         nch = min(CHUNKS, -(-r // 1024)) if C.backend.on_host() else -(-r // 2048)
         chunk = -(-r // nch)
@@ -50,12 +51,13 @@ def reduce(op: str, x, out, outer: int, r: int, inner: int, dtype: str):
         k = C.cached(("reduce_chunks", op, dtype), lambda: _build_chunks(op, dtype))
         k(x, part, outer, r, inner, chunk, nch)
         return reduce(op, part, out, outer, nch, inner, dtype)
-    serial = C.launch_mode(nout * max(r, 1)) or (nout < 4 and C.backend.on_host())  # never on devices
-    k = C.cached(("reduce", op, dtype, serial), lambda: _build(op, dtype, serial))
+    serial = C.launch_mode(nout * max(r, 1)) or (nout < 4 and host)  # never on devices
+    contig = inner == 1  # rows: a unit-stride inner loop the compiler can unroll
+    k = C.cached(("reduce", op, dtype, serial, contig), lambda: _build(op, dtype, serial, contig))
     k(x, out, outer, r, inner)
 
 
-def _build(op, dtype, serial):
+def _build(op, dtype, serial, contig=False):
     ti = C.ti()
     f, A, init = _combine(op), C.arr(dtype), _init(op, dtype)
     T = C.backend.ti_dtype(dtype)
@@ -68,8 +70,12 @@ def _build(op, dtype, serial):
             b = o % inner
             base = a * r * inner + b
             acc = ti.cast(init, T)
-            for j in range(r):
-                acc = f(acc, x[base + j * inner])
+            if ti.static(contig):
+                for j in range(r):
+                    acc = f(acc, x[base + j])
+            else:
+                for j in range(r):
+                    acc = f(acc, x[base + j * inner])
             out[o] = acc
     return k
 
