@@ -19,6 +19,11 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
     if use_blas is None:
         use_blas = backend.on_host()
     if use_blas:
+        if batch == 1:  # 2-D views: numpy's plain GEMM path (a batch of 1 goes through the slower loop)
+            A = a[: m * k].reshape((k, m) if ta else (m, k))
+            B = b[: k * n].reshape((n, k) if tb else (k, n))
+            np.matmul(A.T if ta else A, B.T if tb else B, out=out[: m * n].reshape(m, n))
+            return
         A = a[: batch * m * k].reshape((batch, k, m) if ta else (batch, m, k))
         B = b[: batch * k * n].reshape((batch, n, k) if tb else (batch, k, n))
         if ta:
