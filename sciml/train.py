@@ -119,6 +119,7 @@ class Trainer:
                     self.save_checkpoint(self.checkpoint)
                 if self.progress and (self._batch % self.log_every == 0 or self._batch == nb):
                     self._show(epochs, nb, last, seen / max(time.perf_counter() - t0, 1e-9))
+            rate = seen / max(time.perf_counter() - t0, 1e-9)
             self.epoch += 1
             self._batch = 0
             if val is not None:
@@ -126,7 +127,6 @@ class Trainer:
             if self.progress:
                 extra = "".join(f"  val_{k} {v:.4f}" for k, v in (self.history["val"][-1].items() if val is not None
                                                                   else ()))
-                rate = seen / max(time.perf_counter() - t0, 1e-9)
                 print(f"\repoch {self.epoch}/{epochs}  loss {last:.4f}  {rate:,.0f} samples/s{extra}", flush=True)
         return self.history
 

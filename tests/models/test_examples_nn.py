@@ -1,0 +1,24 @@
+"""Smoke tests of examples/digits_mlp.py and examples/digits_cnn.py (tiny runs, float64 in-process)."""
+import importlib.util
+import os
+
+import pytest
+
+pytest.importorskip("sklearn")
+pytest.importorskip("matplotlib")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("name", ["digits_mlp", "digits_cnn"])
+def test_example_quick(name, tmp_path, capsys):
+    out = tmp_path / "loss.png"
+    acc = _load(name).main(["--quick", "--dtype", "float64", "--out", str(out)])
+    assert out.exists() and 0.0 <= acc <= 1.0
+    assert "test accuracy" in capsys.readouterr().out
