@@ -128,6 +128,17 @@ def lbfgs():
     return {k: v.numpy() for k, v in params.items()}, float(res.loss)
 
 
+def pinn_solve(checkpoint=None):
+    """A tiny Burgers PINN through sciml.pinn.solve (Adam then L-BFGS): every rank must end with rank 0's
+    parameters bit for bit. Returns (max |params - rank 0's params| over ranks, rank 0's flat params)."""
+    from sciml.pinn import problems
+    res = problems.get("burgers").run(steps=(4, 3), points=64, sizes=[2, 6, 1], dtype="float64", verbose=False,
+                                      checkpoint=checkpoint, seed=3)
+    flat = np.concatenate([p.numpy().ravel() for p in sm.tree_leaves(res.params)])
+    gap = dist.all_reduce(np.abs(flat - dist.broadcast(flat)).max(initial=0.0), op="max")
+    return gap, flat
+
+
 def collectives():
     r = dist.rank()
     tree = {"t": sm.tensor([1.0 + r, 2.0 * r]), "n": 3 + r, "a": np.array([[r]], np.float32)}
@@ -168,12 +179,18 @@ def run_train():
     return out
 
 
+def run_solve(path):
+    gap, flat = pinn_solve(checkpoint=path + ".ckpt.npz")
+    return {"solve_gap": np.asarray(gap), "solve_params": flat}
+
+
 def main(argv):
     scenario, path = argv[1], argv[2]
     sm.init(arch="cpu", dtype="float64", seed=0)
     dist.init(timeout=float(os.environ.get("SCIML_DIST_TIMEOUT", "120")))
     if scenario == "train":
         out = run_train()
+        out.update(run_solve(path))
         if dist.is_main():
             np.savez(path, **out)
     elif scenario == "die":

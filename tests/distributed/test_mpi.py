@@ -29,7 +29,9 @@ def two_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("mpi") / "train.npz"
     r = _mpirun(["train", str(out)], timeout=240)
     assert r.returncode == 0, f"mpirun failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
-    return dict(np.load(out))
+    d = dict(np.load(out))
+    d["checkpoint"] = str(out) + ".ckpt.npz"
+    return d
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +98,14 @@ def test_lbfgs_on_two_ranks_matches_one_rank(two_ranks, one_rank):
         np.testing.assert_allclose(two_ranks[f"lbfgs_{k}"], one_rank[f"lbfgs_{k}"], rtol=1e-8, atol=1e-10,
                                    err_msg=f"L-BFGS {k}")
     assert float(two_ranks["lbfgs_loss"]) < one_rank["sgd_losses"][0]
+
+
+@needs_mpirun
+def test_pinn_solve_on_two_ranks_keeps_ranks_identical_and_its_checkpoint_resumes_on_one(two_ranks):
+    assert float(two_ranks["solve_gap"]) == 0.0  # rank 1 ends with rank 0's parameters, bit for bit
+    assert os.path.exists(two_ranks["checkpoint"])  # written by rank 0
+    _, flat = mpi_job.pinn_solve(checkpoint=two_ranks["checkpoint"])  # 1 rank: resumes at the end
+    np.testing.assert_array_equal(flat, two_ranks["solve_params"])
 
 
 @needs_mpirun
