@@ -66,141 +66,157 @@ def _act(name, dtype):
     return dict(tanh=tanh_c, sin=sin_c, softplus=softplus_c, gelu=gelu_c)[name]
 
 
-def layer_forward(act, Z, b, W, H, meta, n: int, w: int, streams: int, first: bool, dtype: str):
+def _coeffs_from_tanh(dtype):
+    """(t, 1 - t^2, ...) from t = tanh(z) itself: the adjoint reads t from the saved
+    activations instead of evaluating tanh again (tanh is most of a layer's cost here)."""
+    ti = C.ti()
+    T = backend.ti_dtype(dtype)
+
+    @ti.func
+    def f(t):
+        s1 = 1.0 - t * t
+        return ti.Vector([t, s1, -2.0 * t * s1, -2.0 * s1 * (s1 - 2.0 * t * t)], dt=T)
+    return f
+
+
+def layer_forward(act, Z, b, W, H, coords, pairs, n: int, w: int, first: bool, dtype: str, top=None):
     """Adds b to the value block of Z in place and writes the stacked activations H.
 
     first: Z holds only the value block (n, w) and the derivative streams come from W.
+    top: None, or (W_out, b_out, OUT, o) for the last activation layer: the linear output
+    layer OUT = H @ W_out (+ b_out on the value block) is fused in (one row of H at a time).
+    The stream structure (coords, pairs) is compiled in (unrolled): one kernel per structure.
     """
-    serial = C.launch_mode(n * w * streams)
-    k = C.cached(("taylor_fwd", act, dtype, first, serial), lambda: _build_fwd(act, dtype, first, serial))
-    if first:
-        k(Z, b, W, H, meta, n, w)
-    else:
-        k(Z, b, H, meta, n, w)
+    S = 1 + len(coords) + len(pairs)
+    serial = C.launch_mode(n * w * S)
+    WL, bL, OUT, o = top if top is not None else (b, b, b, 0)
+    key = ("taylor_fwd", act, dtype, first, o, serial, tuple(coords) if first else len(coords), tuple(pairs))
+    k = C.cached(key, lambda: _build_fwd(act, dtype, first, o, serial, tuple(coords), tuple(pairs)))
+    k(Z, b, W if first else b, H, WL, bL, OUT, n, w)
 
 
-def layer_backward(act, Z, W, G, meta, n: int, w: int, streams: int, first: bool, dtype: str):
-    """Maps the stacked cotangents of H (in G) to those of Z, in place."""
-    serial = C.launch_mode(n * w * streams)
-    k = C.cached(("taylor_bwd", act, dtype, first, serial), lambda: _build_bwd(act, dtype, first, serial))
-    if first:
-        k(Z, W, G, meta, n, w)
-    else:
-        k(Z, G, meta, n, w)
+def layer_backward(act, Z, HV, W, G, coords, pairs, n: int, w: int, first: bool, dtype: str, top=None):
+    """Maps the stacked cotangents of H (in G) to those of Z, in place. HV: the layer's saved
+    activations (their value block gives tanh's coefficients without evaluating tanh again).
+
+    top: None, or (GOUT, W_out, o): the cotangents of H are GOUT @ W_out^T, formed on the fly
+    (the output layer's dH GEMM fused in); G is then written, not read.
+    """
+    S = 1 + len(coords) + len(pairs)
+    serial = C.launch_mode(n * w * S)
+    GOUT, WL, o = top if top is not None else (G, G, 0)
+    key = ("taylor_bwd", act, dtype, first, o, serial, tuple(coords) if first else len(coords), tuple(pairs))
+    k = C.cached(key, lambda: _build_bwd(act, dtype, first, o, serial, tuple(coords), tuple(pairs)))
+    k(Z, HV, W if first else Z, G, GOUT, WL, n, w)
 
 
-def _build_fwd(act, dtype, first, serial):
+def _build_fwd(act, dtype, first, o, serial, coords, pairs):
     ti = C.ti()
-    A, I = C.arr(dtype), C.arr("int32")
+    A = C.arr(dtype)
+    T = backend.ti_dtype(dtype)
     f = _act(act, dtype)
-
-    @ti.func
-    def body(Z: ti.template(), b: ti.template(), W: ti.template(), H: ti.template(), meta: ti.template(),
-             n, w, r):
-        n1 = meta[0]
-        n2 = meta[1]
-        nw = n * w
-        po = 2 + n1
-        for j in range(w):
-            e = r * w + j
-            z = Z[e] + b[j]
-            Z[e] = z
-            s = f(z)
-            H[e] = s[0]
-            for q in range(n1):
-                zq = Z[e]
-                if ti.static(first):
-                    zq = W[meta[2 + q] * w + j]
-                else:
-                    zq = Z[(1 + q) * nw + e]
-                H[(1 + q) * nw + e] = s[1] * zq
-            for p in range(n2):
-                a = meta[po + 2 * p]
-                c = meta[po + 2 * p + 1]
-                v = Z[e]
-                if ti.static(first):
-                    v = s[2] * W[meta[2 + a] * w + j] * W[meta[2 + c] * w + j]
-                else:
-                    v = s[2] * Z[(1 + a) * nw + e] * Z[(1 + c) * nw + e] + s[1] * Z[(1 + n1 + p) * nw + e]
-                H[(1 + n1 + p) * nw + e] = v
-
-    if first:
-        @ti.kernel
-        def k1(Z: A, b: A, W: A, H: A, meta: I, n: ti.i32, w: ti.i32):
-            ti.loop_config(serialize=serial)
-            for r in range(n):
-                body(Z, b, W, H, meta, n, w, r)
-        return k1
+    n1, n2 = len(coords), len(pairs)
+    S = 1 + n1 + n2
+    top = o > 0
 
     @ti.kernel
-    def k(Z: A, b: A, H: A, meta: I, n: ti.i32, w: ti.i32):
+    def k(Z: A, b: A, W: A, H: A, WL: A, bL: A, OUT: A, n: ti.i32, w: ti.i32):
         ti.loop_config(serialize=serial)
         for r in range(n):
-            body(Z, b, b, H, meta, n, w, r)
+            nw = n * w
+            for j in range(w):
+                e = r * w + j
+                z = Z[e] + b[j]
+                if ti.static(act != "tanh"):   # the adjoint of tanh reads t = H instead of z
+                    Z[e] = z
+                s = f(z)
+                H[e] = s[0]
+                for q in ti.static(range(n1)):
+                    if ti.static(first):
+                        H[(1 + q) * nw + e] = s[1] * W[coords[q] * w + j]
+                    else:
+                        H[(1 + q) * nw + e] = s[1] * Z[(1 + q) * nw + e]
+                for p in ti.static(range(n2)):
+                    a, c = ti.static(pairs[p][0], pairs[p][1])
+                    if ti.static(first):
+                        H[(1 + n1 + p) * nw + e] = s[2] * W[coords[a] * w + j] * W[coords[c] * w + j]
+                    else:
+                        H[(1 + n1 + p) * nw + e] = (s[2] * Z[(1 + a) * nw + e] * Z[(1 + c) * nw + e]
+                                                    + s[1] * Z[(1 + n1 + p) * nw + e])
+            if ti.static(top):
+                for kk in ti.static(range(o)):
+                    acc = ti.Vector.zero(T, S)
+                    for j in range(w):
+                        wl = WL[j * o + kk]
+                        for st in ti.static(range(S)):
+                            acc[st] += H[st * nw + r * w + j] * wl
+                    for st in ti.static(range(S)):
+                        v = acc[st]
+                        if ti.static(st == 0):
+                            v += bL[kk]
+                        OUT[st * n * o + r * o + kk] = v
     return k
 
 
-def _build_bwd(act, dtype, first, serial):
+def _build_bwd(act, dtype, first, o, serial, coords, pairs):
     ti = C.ti()
-    A, I = C.arr(dtype), C.arr("int32")
-    f = _act(act, dtype)
+    A = C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+    from_t = act == "tanh"
+    f = _coeffs_from_tanh(dtype) if from_t else _act(act, dtype)
+    top = o > 0
+    n1, n2 = len(coords), len(pairs)
+    m = max(n1, 1)
 
     @ti.func
-    def body(Z: ti.template(), W: ti.template(), G: ti.template(), meta: ti.template(), n, w, r):
-        n1 = meta[0]
-        n2 = meta[1]
-        nw = n * w
-        po = 2 + n1
-        for j in range(w):
-            e = r * w + j
-            s = f(Z[e])
-            g0 = G[e] * s[1]
-            for q in range(n1):
-                zq = Z[e]
-                if ti.static(first):
-                    zq = W[meta[2 + q] * w + j]
-                else:
-                    zq = Z[(1 + q) * nw + e]
-                gq = G[(1 + q) * nw + e]
-                g0 += gq * zq * s[2]
-                G[(1 + q) * nw + e] = gq * s[1]
-            for p in range(n2):
-                a = meta[po + 2 * p]
-                c = meta[po + 2 * p + 1]
-                za = Z[e]
-                zc = Z[e]
-                if ti.static(first):
-                    za = W[meta[2 + a] * w + j]
-                    zc = W[meta[2 + c] * w + j]
-                else:
-                    za = Z[(1 + a) * nw + e]
-                    zc = Z[(1 + c) * nw + e]
-                ip = (1 + n1 + p) * nw + e
-                gp = G[ip]
-                ia = (1 + a) * nw + e
-                G[ia] = G[ia] + gp * s[2] * zc
-                ic = (1 + c) * nw + e
-                G[ic] = G[ic] + gp * s[2] * za
-                if ti.static(first):
-                    g0 += gp * s[3] * za * zc
-                else:
-                    g0 += gp * (s[3] * za * zc + s[2] * Z[ip])
-                G[ip] = gp * s[1]
-            G[e] = g0
+    def zq_(Z: ti.template(), W: ti.template(), q: ti.template(), nw, e, j, w):
+        r = Z[e]
+        if ti.static(first):
+            r = W[coords[q] * w + j]
+        else:
+            r = Z[(1 + q) * nw + e]
+        return r
 
-    if first:
-        @ti.kernel
-        def k1(Z: A, W: A, G: A, meta: I, n: ti.i32, w: ti.i32):
-            ti.loop_config(serialize=serial)
-            for r in range(n):
-                body(Z, W, G, meta, n, w, r)
-        return k1
+    @ti.func
+    def gin(G: ti.template(), GOUT: ti.template(), WL: ti.template(), st: ti.template(), nw, e, n, r, j):
+        v = G[0] * 0.0
+        if ti.static(top):
+            for kk in ti.static(range(o)):
+                v += GOUT[st * n * o + r * o + kk] * WL[j * o + kk]
+        else:
+            v = G[st * nw + e]
+        return v
 
     @ti.kernel
-    def k(Z: A, G: A, meta: I, n: ti.i32, w: ti.i32):
+    def k(Z: A, HV: A, W: A, G: A, GOUT: A, WL: A, n: ti.i32, w: ti.i32):
         ti.loop_config(serialize=serial)
         for r in range(n):
-            body(Z, Z, G, meta, n, w, r)
+            nw = n * w
+            for j in range(w):
+                e = r * w + j
+                s = f(HV[e]) if ti.static(from_t) else f(Z[e])
+                g0 = gin(G, GOUT, WL, 0, nw, e, n, r, j) * s[1]
+                gv = ti.Vector.zero(T, m)
+                for q in ti.static(range(n1)):
+                    gq = gin(G, GOUT, WL, 1 + q, nw, e, n, r, j)
+                    g0 += gq * zq_(Z, W, q, nw, e, j, w) * s[2]
+                    gv[q] = gq * s[1]
+                for p in ti.static(range(n2)):
+                    a, c = ti.static(pairs[p][0], pairs[p][1])
+                    ip = (1 + n1 + p) * nw + e
+                    gp = gin(G, GOUT, WL, 1 + n1 + p, nw, e, n, r, j)
+                    za = zq_(Z, W, a, nw, e, j, w)
+                    zc = zq_(Z, W, c, nw, e, j, w)
+                    gv[a] += gp * s[2] * zc
+                    gv[c] += gp * s[2] * za
+                    if ti.static(first):
+                        g0 += gp * s[3] * za * zc
+                    else:
+                        g0 += gp * (s[3] * za * zc + s[2] * Z[ip])
+                    G[ip] = gp * s[1]
+                for q in ti.static(range(n1)):
+                    G[(1 + q) * nw + e] = gv[q]
+                G[e] = g0
     return k
 
 

@@ -40,6 +40,8 @@ from . import generic
 MAX_ORDER = 2
 _SAVED: dict = {}   # id(output buffer) -> (Zs, Hs): residuals for the adjoint
 _ONES: dict = {}
+_POOL: dict = {}    # (size, dtype) -> free scratch buffers (residuals return here when their output dies)
+_POOL_MAX = 16
 stats = {"calls": 0, "adjoint_calls": 0}
 
 
@@ -67,6 +69,26 @@ def _ones(count, dtype):
     return buf
 
 
+def _take(size, dtype):
+    """A scratch buffer from the pool (fresh large numpy buffers cost page faults: ~0.5 ms per 5 MB)."""
+    lst = _POOL.get((size, dtype))
+    return lst.pop() if lst else backend.empty(size, dtype)
+
+
+def _give(bufs, dtype):
+    for b in bufs:
+        size = b.shape[0]
+        lst = _POOL.setdefault((size, dtype), [])
+        if len(lst) < _POOL_MAX:
+            lst.append(b)
+
+
+def _release(key, dtype):
+    saved = _SAVED.pop(key, None)
+    if saved is not None:
+        _give(saved[0] + saved[1], dtype)
+
+
 def _meta(coords, pairs):
     return backend.meta((len(coords), len(pairs)) + tuple(coords) + tuple(i for p in pairs for i in p))
 
@@ -92,31 +114,30 @@ def _forward(x, *params, act, coords, pairs):
     L = len(params) // 2
     n1, n2 = len(coords), len(pairs)
     S = 1 + n1 + n2
-    meta = _meta(coords, pairs)
+    WL, bL = params[-2], params[-1]
+    o = WL.shape[1]
+    out = backend.empty(S * n * o, dtype)
+    top = (WL._buf, bL._buf, out, o)   # the linear output layer, fused into the last activation layer
     W, b = params[0], params[1]
     w = W.shape[1]
-    Z = backend.empty(n * w, dtype)
+    Z = _take(n * w, dtype)
     _gemm(x._buf, W._buf, Z, n, w, d, dtype=dtype)
-    H = backend.empty(S * n * w, dtype)
-    TK.layer_forward(act, Z, b._buf, W._buf, H, meta, n, w, S, True, dtype)
+    H = _take(S * n * w, dtype)
+    TK.layer_forward(act, Z, b._buf, W._buf, H, coords, pairs, n, w, True, dtype, top=top if L == 2 else None)
     Zs, Hs = [Z], [H]
     for k in range(1, L - 1):
         W, b = params[2 * k], params[2 * k + 1]
         w_in, w = w, W.shape[1]
-        Z = backend.empty(S * n * w, dtype)
+        Z = _take(S * n * w, dtype)
         _gemm(H, W._buf, Z, S * n, w, w_in, dtype=dtype)
-        H = backend.empty(S * n * w, dtype)
-        TK.layer_forward(act, Z, b._buf, None, H, meta, n, w, S, False, dtype)
+        H = _take(S * n * w, dtype)
+        TK.layer_forward(act, Z, b._buf, None, H, coords, pairs, n, w, False, dtype,
+                         top=top if k == L - 2 else None)
         Zs.append(Z)
         Hs.append(H)
-    W, b = params[-2], params[-1]
-    o = W.shape[1]
-    out = backend.empty(S * n * o, dtype)
-    _gemm(H, W._buf, out, S * n, o, w, dtype=dtype)
-    TK.add_bias_rows(out, b._buf, n, o, dtype)
     key = id(out)
     _SAVED[key] = (Zs, Hs)
-    weakref.finalize(out, _SAVED.pop, key, None)
+    weakref.finalize(out, _release, key, dtype)
     return out, (S, n, o), dtype
 
 
@@ -174,20 +195,22 @@ def _adjoint_forward(g, fout, x, *params, act, coords, pairs, want_x):
     ones = _ones(max(n * (1 + n1), n), dtype)
     _gemm(Hs[-1], G, region(base + 2 * L - 2), w, o, S * n, ta=True, dtype=dtype)     # dW_L
     _gemm(ones, G, region(base + 2 * L - 1), 1, o, n, dtype=dtype)                    # db_L
-    dH = backend.empty(S * n * w, dtype)
-    _gemm(G, W._buf, dH, S * n, w, o, tb=True, dtype=dtype)
+    top = (G, W._buf, o)   # dH = G W_L^T is formed inside the last activation layer's adjoint kernel
+    dH = _take(S * n * w, dtype)
     for k in range(L - 2, 0, -1):
         W = params[2 * k]
         w_in, w = W.shape
-        TK.layer_backward(act, Zs[k], None, dH, meta, n, w, S, False, dtype)
+        TK.layer_backward(act, Zs[k], Hs[k], None, dH, coords, pairs, n, w, False, dtype,
+                          top=top if k == L - 2 else None)
         _gemm(Hs[k - 1], dH, region(base + 2 * k), w_in, w, S * n, ta=True, dtype=dtype)
         _gemm(ones, dH, region(base + 2 * k + 1), 1, w, n, dtype=dtype)
-        dH_in = backend.empty(S * n * w_in, dtype)
+        dH_in = _take(S * n * w_in, dtype)
         _gemm(dH, W._buf, dH_in, S * n, w_in, w, tb=True, dtype=dtype)
+        _give([dH], dtype)
         dH = dH_in
     W = params[0]
     w = W.shape[1]
-    TK.layer_backward(act, Zs[0], W._buf, dH, meta, n, w, S, True, dtype)
+    TK.layer_backward(act, Zs[0], Hs[0], W._buf, dH, coords, pairs, n, w, True, dtype, top=top if L == 2 else None)
     dW1 = region(base)
     _gemm(x._buf, dH, dW1, d, w, n, ta=True, dtype=dtype)
     cs = backend.empty((1 + n1) * w, dtype)
@@ -195,6 +218,7 @@ def _adjoint_forward(g, fout, x, *params, act, coords, pairs, want_x):
     TK.first_finish(cs, dW1, region(base + 1), meta, w, dtype)
     if want_x:
         _gemm(dH, W._buf, region(0), n, d, w, tb=True, dtype=dtype)
+    _give([dH], dtype)
     for buf, off, size in pending:
         TK.copy(buf, 0, flat, off, size, dtype)
     return flat, (total,), dtype
