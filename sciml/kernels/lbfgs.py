@@ -41,7 +41,7 @@ def _build_axpy(dtype, serial):
 
 
 def dots(a, b, c, out, n: int, dtype: str):
-    """out[0] = a.b, out[1] = a.c, out[2] = b.b (in ``acc_dtype``), out[3] = max |b|."""
+    """out[0] = a.b, out[1] = a.c, out[2] = b.b (in ``acc_dtype``), out[3] = max |b|, out[4] = sum |b| (5 entries)."""
     serial = _par(n)
     k = C.cached(("opt_dots", dtype, serial), lambda: _build_dots(dtype, serial))
     k(a, b, c, out, n)
@@ -53,7 +53,7 @@ def _build_dots(dtype, serial):
 
     @ti.kernel
     def k(a: A, b: A, c: A, out: F, n: ti.i32):
-        for j in range(4):
+        for j in range(5):
             out[j] = 0.0
         ti.loop_config(serialize=serial)
         for i in range(n):
@@ -62,6 +62,7 @@ def _build_dots(dtype, serial):
             out[1] += ti.cast(a[i], FT) * ti.cast(c[i], FT)
             out[2] += bi * bi
             ti.atomic_max(out[3], ti.abs(bi))
+            out[4] += ti.abs(bi)
     return k
 
 
@@ -191,3 +192,79 @@ def _build_two_loop_device(dtype):
             m = order.shape[0]
             d[i] += ti.cast(alpha[r] - alpha[m + r], T) * S[r * n + i]
     return {"neg": neg, "scale": scale, "dot": dot, "axpy1": axpy1, "axpy2": axpy2}
+
+
+def matvec(A, v, out, scale: float, n: int, dtype: str):
+    """out = scale * A v for a dense (n, n) row-major A."""
+    serial = _par(n * n)
+    k = C.cached(("opt_matvec", dtype, serial), lambda: _build_matvec(dtype, serial))
+    k(A, v, out, float(scale), n)
+
+
+def _build_matvec(dtype, serial):
+    ti, A_ = C.ti(), C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+    FT = backend.ti_dtype(acc_dtype(dtype))
+
+    @ti.kernel
+    def k(A: A_, v: A_, out: A_, scale: FT, n: ti.i32):
+        ti.loop_config(serialize=serial)
+        for i in range(n):
+            acc = ti.cast(0.0, FT)
+            for j in range(n):
+                acc += ti.cast(A[i * n + j], FT) * ti.cast(v[j], FT)
+            out[i] = ti.cast(scale * acc, T)
+    return k
+
+
+def bfgs_update(H, s, Hy, tau: float, rho: float, yHy: float, n: int, dtype: str):
+    """In place: H <- tau H - rho tau (Hy s^T + s Hy^T) + (rho + rho^2 tau yHy) s s^T
+    (the BFGS inverse update of the scaled matrix tau H; ``Hy`` = H y before scaling)."""
+    serial = _par(n * n)
+    k = C.cached(("opt_bfgs", dtype, serial), lambda: _build_bfgs(dtype, serial))
+    k(H, s, Hy, float(tau), float(rho), float(yHy), n)
+
+
+def _build_bfgs(dtype, serial):
+    ti, A = C.ti(), C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+    FT = backend.ti_dtype(acc_dtype(dtype))
+
+    @ti.kernel
+    def k(H: A, s: A, Hy: A, tau: FT, rho: FT, yHy: FT, n: ti.i32):
+        ti.loop_config(serialize=serial)
+        for ij in range(n * n):
+            i = ij // n
+            j = ij % n
+            c = rho + rho * rho * tau * yHy
+            v = tau * ti.cast(H[ij], FT) - rho * tau * (ti.cast(Hy[i], FT) * ti.cast(s[j], FT)
+                                                        + ti.cast(s[i], FT) * ti.cast(Hy[j], FT)) \
+                + c * ti.cast(s[i], FT) * ti.cast(s[j], FT)
+            H[ij] = ti.cast(v, T)
+    return k
+
+
+def cg_step(p, r, d, Hd, alpha: float, out, n: int, dtype: str):
+    """In place: p += alpha d, r -= alpha Hd; out[0] = r.r, out[1] = sum |r| (``acc_dtype``)."""
+    serial = _par(n)
+    k = C.cached(("opt_cg", dtype, serial), lambda: _build_cg(dtype, serial))
+    k(p, r, d, Hd, float(alpha), out, n)
+
+
+def _build_cg(dtype, serial):
+    ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
+    T = backend.ti_dtype(dtype)
+    FT = backend.ti_dtype(acc_dtype(dtype))
+
+    @ti.kernel
+    def k(p: A, r: A, d: A, Hd: A, alpha: FT, out: F, n: ti.i32):
+        for j in range(4):
+            out[j] = ti.cast(0.0, FT)
+        ti.loop_config(serialize=serial)
+        for i in range(n):
+            p[i] += ti.cast(alpha, T) * d[i]
+            ri = r[i] - ti.cast(alpha, T) * Hd[i]
+            r[i] = ri
+            out[0] += ti.cast(ri, FT) * ti.cast(ri, FT)
+            out[1] += ti.abs(ti.cast(ri, FT))
+    return k

@@ -46,10 +46,10 @@ class _Vec:
     def __init__(self, n, dtype):
         self.n, self.dtype = n, dtype
         self.acc = K.acc_dtype(dtype)
-        self.out = backend.zeros(4, self.acc)
+        self.out = backend.zeros(5, self.acc)
 
     def read(self):
-        return backend.to_numpy(self.out, (4,), self.acc).astype(float).tolist()
+        return backend.to_numpy(self.out, (5,), self.acc).astype(float).tolist()[:4]
 
     def axpy(self, x, a, d):
         out = backend.empty(self.n, self.dtype)
@@ -126,7 +126,19 @@ class _History:
         self.slots: list[int] = []
         self.gamma = 1.0
 
-    def direction(self, g, d):
+    def compatible(self, n, dt, o):
+        return self.n == n and self.dt == dt and self.m == o["m"]
+
+    def ready(self):
+        return bool(self.slots)
+
+    def reset(self):
+        self.slots.clear()
+
+    def first_step(self, gnorm, lr, f, f_prev, gtd):
+        return lr if self.slots else min(1.0, 1.0 / gnorm) * lr
+
+    def direction(self, prob, x, g, d):
         m = self.m
         order = np.array(self.slots + [0] * (m - len(self.slots)), np.int32)
         K.two_loop(g, self.S, self.Y, _host_buf(self.rho, self.acc), self.alpha, d, _host_buf(order, "int32"),
@@ -152,20 +164,22 @@ class _History:
         return s_inf
 
 
-def _run(prob, o, callback, hist):
-    """The L-BFGS loop on a :class:`Flat` problem; ``hist`` (a _History or None) carries over
-    between calls of the stateful shell. Returns (Result, history)."""
+def _run(prob, o, callback, hist, make=None):
+    """The line-search loop on a :class:`Flat` problem, shared by L-BFGS, BFGS, Newton and
+    Newton-CG: ``hist`` provides the search direction (``ready``, ``reset``, ``first_step``,
+    ``direction``, ``push``, ``compatible``) and carries over between calls of a stateful shell;
+    ``make(n, dtype)`` builds a new one (default: an L-BFGS history). Returns (Result, hist)."""
     where, n, dt = o["where"], prob.n, prob.dtype
     V = _Vec(n, dt)
-    if hist is None or hist.n != n or hist.dt != dt or hist.m != o["m"]:
-        hist = _History(o["m"], n, dt)
+    if hist is None or not hist.compatible(n, dt, o):
+        hist = make(n, dt) if make is not None else _History(o["m"], n, dt)
     x = prob.x0
     f, g = prob.value_and_grad(x)
     prob.check_start(f)
     gnorm = math.sqrt(V.dots(g, g, g)[2])
     if not math.isfinite(gnorm):
         raise FloatingPointError(GRAD_NONFINITE.format(where=where, it=0, f=f))
-    it, reason = 0, None
+    it, reason, f_prev = 0, None, None
     gtol, ftol, xtol = o["gtol"], o["ftol"], o["xtol"]
     if gnorm <= gtol:
         reason = "gtol"
@@ -177,12 +191,12 @@ def _run(prob, o, callback, hist):
             reason = "max_eval"
             break
         d = backend.empty(n, dt)
-        if hist.slots:
-            hist.direction(g, d)
-            t = o["lr"]
+        if hist.ready():
+            hist.direction(prob, x, g, d)
             gtd, _, _, d_inf = V.dots(g, d, d)
-        if not hist.slots or not gtd < 0:            # first step, or not a descent direction: -g
-            hist.slots.clear()
+            t = hist.first_step(gnorm, o["lr"], f, f_prev, gtd)
+        if not hist.ready() or not gtd < 0:          # first step, or not a descent direction: -g
+            hist.reset()
             K.axpy(g, -2.0, g, d, n, dt)
             gtd, _, _, d_inf = V.dots(g, d, d)
             t = min(1.0, 1.0 / gnorm) * o["lr"]
@@ -213,7 +227,7 @@ def _run(prob, o, callback, hist):
             err.result = _result(prob, x, f, gnorm, it, "line_search", o)
             raise err
         s_inf = hist.push(V, x_new, x_cur, g_new, g_cur)
-        f_old = f
+        f_old = f_prev = f
         x, g, f = x_new, g_new, f_new
         gnorm = math.sqrt(ggt)
         it += 1

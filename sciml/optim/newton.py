@@ -1,0 +1,209 @@
+"""Newton's method: dense and damped (small problems), and truncated Newton-CG on HVPs.
+
+``newton``: the exact Hessian (``sciml.autodiff.curvature.hessian_dense``: forward and gradient
+graph once, one backward pass per row), damped until positive definite: solve
+``(H + mu I) p = -g`` with ``mu = 0`` when H is positive definite, else ``mu`` grown from
+``1e-8 * max|H|`` by factors of 10 until a Cholesky factorisation succeeds. On CPU the small
+(n, n) solve uses numpy.linalg (LAPACK); the Hessian itself is computed by sciml kernels.
+A quadratic with a positive definite Hessian is solved in one iteration.
+
+``newton_cg``: truncated conjugate gradient on Hessian-vector products (forward over reverse),
+stopped at the forcing tolerance ``||r||_1 <= min(0.5, sqrt(||g||_1)) ||g||_1`` (as SciPy; or
+``||r||_2 <= cg_tol`` if given)
+or at negative curvature (Nocedal & Wright, Alg. 7.1); then a strong-Wolfe line search from t = 1.
+On an n-dimensional quadratic with a tight ``cg_tol`` CG takes at most n HVPs.
+
+Both share the loop, tolerances and guarantees of :mod:`sciml.optim.lbfgs`.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import backend
+from ..kernels import lbfgs as K
+from .lbfgs import _options, _run
+from .result import CurvatureOptimizer, Flat, check_positive_int
+
+
+class _NewtonCG:
+    def __init__(self, n, dt, cg_max, cg_tol):
+        self.n, self.dt, self.cg_max, self.cg_tol = n, dt, cg_max, cg_tol
+        self.out = backend.zeros(5, K.acc_dtype(dt))
+        self.cg_iters = 0
+
+    def compatible(self, n, dt, o):
+        return self.n == n and self.dt == dt
+
+    def ready(self):
+        return True
+
+    def reset(self):
+        pass
+
+    def first_step(self, gnorm, lr, f, f_prev, gtd):
+        # as scipy's line_search_wolfe1: predict the step from the last decrease (at most 1)
+        if f_prev is not None and gtd < 0:
+            t = 1.01 * 2.0 * (f - f_prev) / gtd
+            if t > 0:
+                return min(lr, t)
+        return lr
+
+    def _dots(self, a, b):
+        K.dots(a, b, b, self.out, self.n, self.dt)
+        return backend.to_numpy(self.out, (5,), K.acc_dtype(self.dt)).astype(float).tolist()
+
+    def direction(self, prob, x, g, d):
+        n, dt = self.n, self.dt
+        acc = K.acc_dtype(dt)
+        st = self._dots(g, g)
+        gg, g1 = st[2], st[4]
+        # forcing term on the 1-norm, as scipy's Newton-CG: ||r||_1 <= min(0.5, sqrt(||g||_1)) ||g||_1
+        eta = self.cg_tol if self.cg_tol is not None else min(0.5, math.sqrt(g1)) * g1
+        p = backend.zeros(n, dt)
+        r = backend.empty(n, dt)
+        K.axpy(g, -2.0, g, r, n, dt)                       # r = -g - H p, p = 0
+        q = backend.empty(n, dt)
+        K.axpy(r, 0.0, r, q, n, dt)                        # search direction q = r
+        rr = gg
+        for j in range(self.cg_max):
+            _, Hq = prob.hvp(x, q)
+            self.cg_iters += 1
+            qHq, _, qq, _, _ = self._dots(q, Hq)
+            if 0 <= qHq <= 3 * np.finfo(np.float64).eps:  # zero curvature: keep p
+                if j == 0:
+                    K.axpy(q, 0.0, q, p, n, dt)
+                break
+            if qHq < 0:                                    # negative curvature
+                if j == 0:                                 # steepest descent, scaled by |g|^2/|g.Hg|
+                    K.axpy(q, rr / -qHq - 1.0, q, p, n, dt)
+                break
+            alpha = rr / qHq
+            K.cg_step(p, r, q, Hq, alpha, self.out, n, dt)
+            rr_new, r1 = backend.to_numpy(self.out, (2,), acc).astype(float).tolist()
+            if (math.sqrt(rr_new) if self.cg_tol is not None else r1) <= eta:
+                break
+            K.axpy(r, rr_new / rr, q, q, n, dt)            # q = r + beta q
+            rr = rr_new
+        K.axpy(p, 0.0, p, d, n, dt)
+
+    def push(self, V, x_new, x, g_new, g):
+        return _max_abs_diff(V, x_new, x)
+
+
+def _max_abs_diff(V, a, b):
+    t = V.axpy(a, -1.0, b)
+    return V.dots(t, t, t)[3]
+
+
+class _DenseNewton(_NewtonCG):
+    def __init__(self, n, dt, loss_fn):
+        super().__init__(n, dt, 0, None)
+        self.loss_fn = loss_fn
+        self.hessians = 0
+
+    def direction(self, prob, x, g, d):
+        from ..autodiff.curvature import hessian_dense
+        H = hessian_dense(self.loss_fn, prob.tree(x)).numpy().astype(np.float64)
+        self.hessians += 1
+        prob.nhvp += self.n
+        gn = backend.to_numpy(g, (self.n,), self.dt).astype(np.float64)
+        Hs = 0.5 * (H + H.T)
+        mu, scale = 0.0, max(np.abs(Hs).max(), 1e-300)
+        eye = np.eye(self.n)
+        while True:
+            try:
+                L = np.linalg.cholesky(Hs + mu * eye)
+                break
+            except np.linalg.LinAlgError:
+                mu = 1e-8 * scale if mu == 0.0 else mu * 10.0
+                if not math.isfinite(mu) or mu > 1e30 * scale:
+                    L = None
+                    break
+        if L is None:
+            p = -gn
+        else:
+            p = -np.linalg.solve(L.T, np.linalg.solve(L, gn))
+        pb = backend.from_numpy(p, self.dt)
+        K.axpy(pb, 0.0, pb, d, self.n, self.dt)
+
+
+def newton_cg(loss_fn, params, *, cg_max=None, cg_tol=None, max_iter=200, max_eval=None, gtol=1e-7, ftol=1e-12,
+              xtol=1e-12, c1=1e-4, c2=0.9, max_ls=25, callback=None):
+    """Minimise ``loss_fn(params)`` by truncated Newton-CG on Hessian-vector products.
+
+    Args:
+        cg_max: CG iterations (HVPs) per Newton step (default n, at most 200).
+        cg_tol: absolute CG residual tolerance (2-norm); default the forcing term on the 1-norm.
+        Others as in :func:`sciml.optim.lbfgs.lbfgs` (``max_eval`` counts loss+gradient
+        evaluations of the line search; HVPs are reported in ``result.nhvp``).
+    Example:
+        >>> r = newton_cg(lambda x: ((x - 2.0) ** 4).sum() + (x ** 2).sum(), sm.tensor([0.0, 1.0]))
+    """
+    o = _options("newton_cg", 1, max_iter, max_eval if max_eval is not None else 10 * max_iter,
+                 gtol, ftol, xtol, 1.0, c1, c2, max_ls)
+    prob = Flat(loss_fn, params, "newton_cg")
+    cgm = _cg_max("newton_cg", cg_max, prob.n)
+    return _run(prob, o, callback, None, lambda n, dt: _NewtonCG(n, dt, cgm, cg_tol))[0]
+
+
+def _cg_max(where, cg_max, n):
+    if cg_max is None:
+        return min(n, 200)
+    return check_positive_int(where, "cg_max", cg_max)
+
+
+def newton(loss_fn, params, *, max_iter=100, max_eval=None, gtol=1e-7, ftol=1e-12, xtol=1e-12, c1=1e-4,
+           c2=0.9, max_ls=25, callback=None):
+    """Minimise ``loss_fn(params)`` by damped Newton with the dense Hessian (small problems).
+
+    Example:
+        >>> r = newton(lambda x: ((x - 2.0) ** 2).sum(), sm.tensor([0.0, 1.0]))   # one iteration
+    """
+    o = _options("newton", 1, max_iter, max_eval if max_eval is not None else 10 * max_iter,
+                 gtol, ftol, xtol, 1.0, c1, c2, max_ls)
+    prob = Flat(loss_fn, params, "newton")
+    _check_dense("newton", prob.n)
+    return _run(prob, o, callback, None, lambda n, dt: _DenseNewton(n, dt, loss_fn))[0]
+
+
+def _check_dense(where, n):
+    if n > 5000:
+        raise ValueError(f"{where}: the dense Newton method forms an n x n Hessian; n = {n} parameters is too many "
+                         "(limit 5000). Use NewtonCG or LBFGS.")
+
+
+class NewtonCG(CurvatureOptimizer):
+    """Truncated Newton-CG as a stateful optimizer; ``step(loss_fn)`` runs up to ``max_iter``
+    (default 20) Newton iterations. Options as in :func:`newton_cg`."""
+
+    def __init__(self, params=None, *, cg_max=None, cg_tol=None, max_iter=20, max_eval=None, gtol=1e-7,
+                 ftol=1e-12, xtol=1e-12, c1=1e-4, c2=0.9, max_ls=25, callback=None):
+        self._opts = _options("NewtonCG", 1, max_iter, max_eval if max_eval is not None else 10 * max_iter,
+                              gtol, ftol, xtol, 1.0, c1, c2, max_ls)
+        if cg_max is not None:
+            check_positive_int("NewtonCG", "cg_max", cg_max)
+        self._cg, self._callback = (cg_max, cg_tol), callback
+        super().__init__(params)
+
+    def _minimize(self, loss_fn, values):
+        prob = Flat(loss_fn, values, "NewtonCG.step")
+        cgm = _cg_max("NewtonCG", self._cg[0], prob.n)
+        return _run(prob, self._opts, self._callback, None, lambda n, dt: _NewtonCG(n, dt, cgm, self._cg[1]))[0]
+
+
+class Newton(CurvatureOptimizer):
+    """Damped dense Newton as a stateful optimizer (small problems); options as in :func:`newton`."""
+
+    def __init__(self, params=None, *, max_iter=20, max_eval=None, gtol=1e-7, ftol=1e-12, xtol=1e-12, c1=1e-4,
+                 c2=0.9, max_ls=25, callback=None):
+        self._opts = _options("Newton", 1, max_iter, max_eval if max_eval is not None else 10 * max_iter,
+                              gtol, ftol, xtol, 1.0, c1, c2, max_ls)
+        self._callback = callback
+        super().__init__(params)
+
+    def _minimize(self, loss_fn, values):
+        prob = Flat(loss_fn, values, "Newton.step")
+        _check_dense("Newton.step", prob.n)
+        return _run(prob, self._opts, self._callback, None, lambda n, dt: _DenseNewton(n, dt, loss_fn))[0]
