@@ -153,6 +153,7 @@ class Problem:
                                      "on='boundary' of a box-shaped (Interval/Rectangle/Box) space "
                                      "and a constant value; use a soft condition otherwise.")
         self.hard = hard
+        self.soft_conditions = [c for c in self.conditions if not getattr(c, "hard", False)]
 
     def residual_kwargs(self, u_field, coords):
         """Keyword arguments for the residual from the output field and coordinate handles."""
@@ -346,10 +347,10 @@ class Loss:
 
     def __init__(self, problem, net, batch, path="auto"):
         self.problem, self.net, self.batch, self.path = problem, net, batch, path
-        self.term_names = ["pde"] + [c.name for c in problem.conditions]
+        self.term_names = ["pde"] + [c.name for c in problem.soft_conditions]
         names = problem.names
         self.cond_derivs = set()
-        for c in problem.conditions:
+        for c in problem.soft_conditions:
             self.cond_derivs |= {tuple(sorted(i)) for i in c.derivs(names)}
         self.pde_derivs = self._dry_run()
         self.path_used = None
@@ -393,7 +394,7 @@ class Loss:
                               _Sliced(values, lo, hi, full=len(b.ranges) == 1))
                     r = pb.pde_residual(jet, b.coords)
                     out = [ops.mean(r * r)]
-                    for c, pts, (lo, hi) in zip(pb.conditions, b.cond_points, b.ranges[1:]):
+                    for c, pts, (lo, hi) in zip(pb.soft_conditions, b.cond_points, b.ranges[1:]):
                         cj = Jet(pb.names, hi - lo, pb.n_out, b.dtype,
                                  _Sliced(values, lo, hi, full=False))
                         rc = c.residual(cj.field(()), pts)

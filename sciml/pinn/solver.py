@@ -138,7 +138,8 @@ def sample_batch(problem, points, rng, method, dtype):
     n_int, per = _point_counts(problem, points)
     n_int, per = dist.local_count(n_int), [dist.local_count(n) for n in per]  # this rank's share (MPI)
     interior = problem.domain.sample_interior(n_int, rng, method)
-    cond_pts = [c.sample(problem.domain, n, rng, method) for c, n in zip(problem.conditions, per)]
+    cond_pts = [c.sample(problem.domain, n, rng, method)
+                for c, n in zip(problem.conditions, per) if not c.hard]
     return Batch(problem, interior, cond_pts, dtype)
 
 
@@ -268,7 +269,7 @@ def solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(),
     batch = sample_batch(problem, points, rng, method, dtype)
     loss = Loss(problem, net, batch, path)
     names = loss.term_names
-    weighting.init(names, [1.0] + [c.weight for c in problem.conditions])
+    weighting.init(names, [1.0] + [c.weight for c in problem.soft_conditions])
 
     from ..models.module import Parameter as ModelParameter
     pde = {k: ModelParameter(tensor(p.raw_init(), dtype)) for k, p in problem.parameters.items()}
@@ -327,7 +328,7 @@ def solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(),
         while k < steps and not stop:
             if curv:
                 chunk_fn = dist.wrap_loss(lambda p: total(p)[0])  # global mean over MPI ranks
-                res = opt.step(chunk_fn)
+                res = _curvature_chunk(opt, chunk_fn, steps - k)
                 done = max(int(getattr(res, "iterations", 1)), 0)
                 k += max(done, 1)
                 global_step += max(done, 1)
@@ -391,6 +392,20 @@ def solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(),
             msg += f"; {k} = {v:.6g}"
         print(msg)
     return result
+
+
+def _curvature_chunk(opt, loss_fn, remaining):
+    """One ``opt.step(loss_fn)``, its iteration cap lowered to the stage's remaining steps."""
+    opts = getattr(opt, "_opts", None)
+    if not isinstance(opts, dict) or "max_iter" not in opts or opts["max_iter"] <= remaining:
+        return opt.step(loss_fn)
+    saved = dict(opts)
+    opts["max_iter"] = max(1, remaining)
+    opts["max_eval"] = max(1, -(-opts["max_iter"] * 5 // 4))
+    try:
+        return opt.step(loss_fn)
+    finally:
+        opts.update(saved)
 
 
 def _check_net(problem, net, dtype):

@@ -87,11 +87,14 @@ def test_hard_dirichlet_and_initial_hold_exactly():
                              Initial(lambda x: -np.sin(np.pi * x), hard=True)])
     batch = sample_batch(pb, 8, np.random.default_rng(0), "lhs", "float64")
     loss = Loss(pb, net, batch)
-    terms = [float(t) for t in loss.terms({"net": net.params()})]
-    assert terms[1] < 1e-28 and terms[2] < 1e-28
+    assert loss.term_names == ["pde"] and len(batch.cond_points) == 0   # exact: no penalty
     x = np.linspace(-1, 1, 9)
     u0 = loss.predict({"net": net.params()}, np.stack([x, np.zeros(9)], 1))[:, 0]
     np.testing.assert_allclose(u0, -np.sin(np.pi * x), atol=1e-14)
+    t = np.linspace(0, 1, 5)
+    for side in (-1.0, 1.0):
+        ub = loss.predict({"net": net.params()}, np.stack([np.full(5, side), t], 1))[:, 0]
+        np.testing.assert_allclose(ub, 0.0, atol=1e-14)
 
 
 def test_hard_transform_derivatives_match_autodiff():
