@@ -39,6 +39,19 @@ def best(fn, repeat=15, target=2e-3):
     return min(peers.timeit_samples(fn, 2, repeat, peers.autonumber(fn, target_s=target)))
 
 
+def race(fns, rounds=5, target=2e-3):
+    """Seconds per call for each entry of ``fns`` (name -> fn or None): the fastest batch over
+    ``rounds`` rounds in which every entry runs once, interleaved, so that all entries see the
+    same machine load and their ratios stay meaningful on a busy machine."""
+    fns = {k: f for k, f in fns.items() if f is not None}
+    nums = {k: peers.autonumber(f, target_s=target) for k, f in fns.items()}
+    out = {k: float("inf") for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            out[k] = min(out[k], min(peers.timeit_samples(f, 1, 3, nums[k])))
+    return out
+
+
 class Table:
     def __init__(self):
         self.rows = []
@@ -76,18 +89,17 @@ def overhead(sm, T, repeat):
     k = C.cached(("binary", "add", "float32", "float32", "same", serial),
                  lambda: E._build_binary("add", "float32", "float32", "same", serial))
     k(a._buf, b._buf, out, n)
-    t_taichi = best(lambda: k.kernel(a._buf, b._buf, out, n), repeat)
-    t_fast = best(lambda: k(a._buf, b._buf, out, n), repeat)
-    t_plain = best(lambda: a + b, repeat)
     ar = sm.tensor(np.ones(n, np.float32)).requires_grad_()
-    t_tape = best(lambda: ar + b, repeat)
-    t_tanh = best(lambda: sm.tanh(a), repeat)
-    t_np = best(lambda: np.add(a._buf, b._buf), repeat)
     tt = None
     if peers.available("torch"):
         import torch
         ta, tb = torch.ones(n), torch.ones(n)
-        tt = best(lambda: ta + tb, repeat)
+        tt = lambda: ta + tb  # noqa: E731
+    t = race({"taichi": lambda: k.kernel(a._buf, b._buf, out, n), "fast": lambda: k(a._buf, b._buf, out, n),
+              "plain": lambda: a + b, "tape": lambda: ar + b, "tanh": lambda: sm.tanh(a),
+              "np": lambda: np.add(a._buf, b._buf), "torch": tt}, rounds=max(5, repeat))
+    t_taichi, t_fast, t_plain, t_tape, t_tanh, t_np = (t[x] for x in ("taichi", "fast", "plain", "tape", "tanh", "np"))
+    tt = t.get("torch")
     T.add("per-op", "Taichi kernel call, add n=16 (3 numpy args)", t_taichi, note="Taichi's own Python call path")
     T.add("per-op", "same kernel via sciml FastLaunch", t_fast, note="sets compiled-kernel args directly")
     T.add("per-op", "sciml a + b, not on tape", t_plain, t_np, tt,
@@ -107,31 +119,32 @@ def elementwise(sm, T, repeat, sizes):
         tag = f"1e{int(round(math.log10(n)))}"
         an, bn, cn = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
         a, b, c = (sm.tensor(v, "float32") for v in (an, bn, cn))
+        x2, a2 = sm.tensor(an.reshape(-1, 100), "float32"), an.reshape(-1, 100)
         ta = tb = tc = None
         if torch is not None:
             ta, tb, tc = (torch.from_numpy(v) for v in (an, bn, cn))
-        # add (all allocate their output)
-        s = med(lambda: a + b, repeat)
-        npt = med(lambda: an + bn, repeat)
-        T.add("elementwise", f"add n={tag}", s, npt, med(lambda: ta + tb, repeat) if ta is not None else None,
-              note=f"sciml/numpy time {s / npt:.2f}x")
-        # tanh(a*b+c): unfused (3 kernels), fused (1 kernel), numpy (3 passes)
         fz = sm.fuse(lambda x, y, z: sm.tanh(x * y + z))
         fz(a, b, c)
-        s_u = med(lambda: sm.tanh(a * b + c), repeat)
-        s_f = med(lambda: fz(a, b, c), repeat)
-        npt = med(lambda: np.tanh(an * bn + cn), repeat)
-        tt = med(lambda: torch.tanh(ta * tb + tc), repeat) if ta is not None else None
-        T.add("elementwise", f"tanh(a*b+c) n={tag}, unfused", s_u, npt, tt, note=f"{s_u / npt:.2f}x numpy")
-        T.add("elementwise", f"tanh(a*b+c) n={tag}, sm.fuse", s_f, npt, tt, note=f"{s_f / npt:.2f}x numpy")
-        s = med(lambda: a.sum(), repeat)
-        npt = med(lambda: an.sum(), repeat)
-        T.add("reduction", f"sum n={tag}", s, npt, med(lambda: ta.sum(), repeat) if ta is not None else None,
-              note=f"{s / npt:.2f}x numpy")
-        x2 = sm.tensor(an.reshape(-1, 100), "float32")
-        s = med(lambda: x2.sum(1), repeat)
-        npt = med(lambda: an.reshape(-1, 100).sum(1), repeat)
-        T.add("reduction", f"sum rows of 100, n={tag}", s, npt, note=f"{s / npt:.2f}x numpy")
+        have = ta is not None
+        t = race({"add": lambda: a + b, "add_np": lambda: an + bn, "add_t": (lambda: ta + tb) if have else None,
+                  "ch": lambda: sm.tanh(a * b + c), "ch_f": lambda: fz(a, b, c),
+                  "ch_np": lambda: np.tanh(an * bn + cn), "ch_t": (lambda: torch.tanh(ta * tb + tc)) if have else None,
+                  "tanh": lambda: sm.tanh(a), "tanh_np": lambda: np.tanh(an),
+                  "tanh_t": (lambda: torch.tanh(ta)) if have else None,
+                  "sum": lambda: a.sum(), "sum_np": lambda: an.sum(), "sum_t": (lambda: ta.sum()) if have else None,
+                  "rows": lambda: x2.sum(1), "rows_np": lambda: a2.sum(1)}, rounds=max(3, repeat // 3))
+        T.add("elementwise", f"add n={tag}", t["add"], t["add_np"], t.get("add_t"),
+              note=f"{t['add_np'] / t['add']:.2f}x numpy speed")
+        T.add("elementwise", f"tanh n={tag}", t["tanh"], t["tanh_np"], t.get("tanh_t"),
+              note=f"{t['tanh_np'] / t['tanh']:.2f}x numpy speed")
+        T.add("elementwise", f"tanh(a*b+c) n={tag}, unfused", t["ch"], t["ch_np"], t.get("ch_t"),
+              note=f"{t['ch_np'] / t['ch']:.2f}x numpy speed")
+        T.add("elementwise", f"tanh(a*b+c) n={tag}, sm.fuse", t["ch_f"], t["ch_np"], t.get("ch_t"),
+              note=f"{t['ch_np'] / t['ch_f']:.2f}x numpy speed")
+        T.add("reduction", f"sum n={tag}", t["sum"], t["sum_np"], t.get("sum_t"),
+              note=f"{t['sum_np'] / t['sum']:.2f}x numpy speed")
+        T.add("reduction", f"sum over rows of 100, n={tag}", t["rows"], t["rows_np"],
+              note=f"{t['rows_np'] / t['rows']:.2f}x numpy speed")
 
 
 def matmul(sm, T, repeat, shapes):
@@ -145,22 +158,23 @@ def matmul(sm, T, repeat, shapes):
         bn = rng.standard_normal((k, n)).astype(np.float32)
         a, b = sm.tensor(an, "float32"), sm.tensor(bn, "float32")
         fl = 2.0 * m * n * k
-        r = max(3, repeat // 3)
-        npt = med(lambda: an @ bn, r, 5e-3)
-        tt = None
+        A = B = None
         if torch is not None:
             A, B = torch.from_numpy(an), torch.from_numpy(bn)
-            tt = fl / med(lambda: A @ B, r, 5e-3) / 1e9
-        s_at = med(lambda: a @ b, r, 5e-3)
-        prev = LA.use_blas(False)
-        try:
-            s_ti = med(lambda: a @ b, r, 5e-3)
-        finally:
-            LA.use_blas(prev)
-        T.add("matmul", f"({m}x{k})@({k}x{n}) Taichi GEMM kernel", fl / s_ti / 1e9, fl / npt / 1e9, tt, unit="GF",
-              note=f"{npt / s_ti:.2f}x numpy")
-        T.add("matmul", f"({m}x{k})@({k}x{n}) `@` (CPU: BLAS)", fl / s_at / 1e9, fl / npt / 1e9, tt, unit="GF",
-              note=f"{npt / s_at:.2f}x numpy")
+
+        def taichi_gemm():
+            prev = LA.use_blas(False)
+            try:
+                return a @ b
+            finally:
+                LA.use_blas(prev)
+        t = race({"at": lambda: a @ b, "ti": taichi_gemm, "np": lambda: an @ bn,
+                  "t": (lambda: A @ B) if A is not None else None}, rounds=max(3, repeat // 3), target=5e-3)
+        gf = {key: fl / v / 1e9 for key, v in t.items()}
+        T.add("matmul", f"({m}x{k})@({k}x{n}) Taichi GEMM kernel", gf["ti"], gf["np"], gf.get("t"), unit="GF",
+              note=f"{gf['ti'] / gf['np']:.2f}x numpy")
+        T.add("matmul", f"({m}x{k})@({k}x{n}) `@` (CPU: BLAS)", gf["at"], gf["np"], gf.get("t"), unit="GF",
+              note=f"{gf['at'] / gf['np']:.2f}x numpy")
 
 
 def _small_mlp(sm, theta, x, y, sizes):

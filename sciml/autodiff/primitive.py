@@ -34,8 +34,17 @@ class Node:
 
     def output(self):
         """The node's output as a Tensor that is still connected to the tape."""
+        return _tensor_cls()._make(self.out_buf, self.out_shape, self.out_dtype, self, self.out_tangents)
+
+
+_T: list = []  # the Tensor class, cached (a per-call import costs ~1 us on the hot path)
+
+
+def _tensor_cls():
+    if not _T:
         from .tensor import Tensor
-        return Tensor._make(self.out_buf, self.out_shape, self.out_dtype, self, self.out_tangents)
+        _T.append(Tensor)
+    return _T[0]
 
 
 def leaf_node(t):
@@ -79,7 +88,7 @@ class Primitive:
 
 def apply(prim, inputs, params):
     """Run ``prim`` on Tensors ``inputs``, recording the tape and pushing tangents."""
-    from .tensor import Tensor
+    Tensor = _T[0] if _T else _tensor_cls()
     buf, shape, dtype = prim.forward(*inputs, **params)
     if prim.order == 0:  # not differentiable (comparisons): a constant for every transform
         return Tensor._make(buf, shape, dtype)

@@ -84,8 +84,10 @@ def sum_to(g: Tensor, shape: tuple) -> Tensor:
 
 
 def _bcast(t, shape):
+    if t.shape == shape:
+        return t
     from .reduce import broadcast_to
-    return t if t.shape == shape else broadcast_to(t, shape)
+    return broadcast_to(t, shape)
 
 
 def _binary_forward(op, out_dtype=None):
