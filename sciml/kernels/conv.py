@@ -78,16 +78,18 @@ def _build_bias_act_vjp(act, dtype, serial, with_b):
         ti.loop_config(serialize=serial)
         for cb in range((cols + CB - 1) // CB):
             j0 = cb * CB
-            j1 = ti.min(cols, j0 + CB)
-            for j in range(j0, j1):
-                if ti.static(with_b):
-                    gb[j] = ti.cast(0.0, T)
+            acc = ti.Vector.zero(T, CB)  # column sums in registers (static indices), no atomics
             for r in range(rows):
-                for j in range(j0, j1):
-                    v = g[r * cols + j] * d(y[r * cols + j])
-                    gz[r * cols + j] = v
-                    if ti.static(with_b):
-                        gb[j] += v
+                for jj in ti.static(range(CB)):
+                    if j0 + jj < cols:
+                        v = g[r * cols + j0 + jj] * d(y[r * cols + j0 + jj])
+                        gz[r * cols + j0 + jj] = v
+                        if ti.static(with_b):
+                            acc[jj] += v
+            if ti.static(with_b):
+                for jj in ti.static(range(CB)):
+                    if j0 + jj < cols:
+                        gb[j0 + jj] = acc[jj]
     return k
 
 

@@ -8,14 +8,15 @@ scale factor (global-norm clipping) and the step's learning rate passed as scala
 These are the only kernels in sciml that write into their inputs: optimizers own the
 parameter and slot buffers they update (``sciml.models.Parameter``).
 """
+import math
+
 from . import _common as C
 
-BLOCK = C.BLOCK
+BLOCK = 1024  # elements per parallel iteration (measured: 64 -> 1024 cuts Adam on 400k floats ~2x here)
 
 
 def _loop(serial):
-    """(nblocks, block) for a flat loop of n elements: one element per iteration when
-    serialized, a row of BLOCK per iteration when parallel (one wake-up per row)."""
+    """Elements per iteration of a flat loop: one when serialized, a block of BLOCK when parallel."""
     return 1 if serial else BLOCK
 
 
@@ -27,8 +28,8 @@ def _build(kind, dtype, serial):
 
     if kind == "adam":
         @ti.kernel
-        def k(p: A, g: A, m: A, v: A, n: ti.i32, lr: T, b1: T, b2: T, eps: T, bc1: T, bc2: T,
-              gscale: T, wd: T, dwd: T):
+        def k(p: A, g: A, m: A, v: A, n: ti.i32, step: T, b1: T, b2: T, eps: T, inv_sqrt_bc2: T,
+              gscale: T, wd: T, keep: T):
             ti.loop_config(serialize=serial)
             for blkid in range((n + blk - 1) // blk):
                 for i in range(blkid * blk, ti.min(n, blkid * blk + blk)):
@@ -38,7 +39,7 @@ def _build(kind, dtype, serial):
                     vi = b2 * v[i] + (1 - b2) * gi * gi
                     m[i] = mi
                     v[i] = vi
-                    p[i] = pi * (1 - dwd) - lr * (mi / bc1) / (ti.sqrt(vi / bc2) + eps)
+                    p[i] = pi * keep - step * mi / (ti.sqrt(vi) * inv_sqrt_bc2 + eps)
         return k
 
     if kind == "sgd":
@@ -131,7 +132,9 @@ def _kernel(kind, n, dtype):
 
 def adam(p, g, m, v, n, dtype, lr, b1, b2, eps, bc1, bc2, gscale=1.0, wd=0.0, decoupled_wd=0.0):
     """In place: Adam (L2 weight decay ``wd``; AdamW's decoupled decay as ``decoupled_wd`` = lr*wd)."""
-    _kernel("adam", n, dtype)(p, g, m, v, n, lr, b1, b2, eps, bc1, bc2, gscale, wd, decoupled_wd)
+    # p <- p (1 - dwd) - (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps): the textbook line, one division
+    _kernel("adam", n, dtype)(p, g, m, v, n, lr / bc1, b1, b2, eps, 1.0 / math.sqrt(bc2), gscale, wd,
+                              1.0 - decoupled_wd)
 
 
 def sgd(p, g, buf, n, dtype, lr, momentum=0.0, dampening=0.0, gscale=1.0, wd=0.0, first=True, nesterov=False):

@@ -1,0 +1,75 @@
+"""Benchmark W1: one training step (forward, backward, Adam) of an MLP 784-512-512-10, ReLU,
+softmax cross-entropy, batch 256, float32 — sciml vs PyTorch (eager) and JAX (jit), same inputs
+(benchmarks/peers/common.py w1_inputs), measured in the same run.
+
+    python benchmarks/bench_w1.py [--repeat 30] [--json out.json]
+
+sciml's step: ``value_and_grad`` of ``cross_entropy(net.apply(params, x), y)`` over ``net.params()``
+(each hidden layer = one BLAS GEMM + one fused bias+ReLU Taichi kernel; the loss one fused softmax
+cross-entropy kernel; their adjoints one kernel each) and ``Adam.step`` (one fused in-place Taichi
+kernel per parameter).
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import sciml as sm  # noqa: E402
+from benchmarks import peers  # noqa: E402
+from benchmarks.peers import common as C  # noqa: E402
+
+
+def sciml_w1_step(seed=0, warmup=5, repeat=30):
+    from sciml.models import MLP, cross_entropy
+    from sciml.optim import Adam
+    d = C.w1_inputs(seed)
+    net = MLP(list(C.W1_SIZES), activation=sm.relu)
+    net.load_state_dict({f"layers.{i}.{k}": v for i, (W, b) in enumerate(d["params"])
+                         for k, v in (("weight", W), ("bias", b))})
+    x, y = sm.tensor(d["x"], "float32"), d["y"].astype(np.int32)
+    opt = Adam(net.params(), lr=C.ADAM_LR, betas=(C.ADAM_B1, C.ADAM_B2), eps=C.ADAM_EPS)
+    vg = sm.value_and_grad(lambda p: cross_entropy(net.apply(p, x), y))
+
+    def step():
+        loss, grads = vg(net.params())
+        opt.step(grads)
+        return loss
+
+    loss0 = float(vg(net.params())[0])
+    samples = peers.timeit_samples(step, warmup=warmup, repeat=repeat)
+    r = peers.make_result("sciml/W1_mlp_step", samples, loss0=loss0, dtype="float32")
+    r["samples_per_s"] = C.W1_BATCH / r["median_s"]
+    return r
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    sm.init(dtype="float32")
+    results = [sciml_w1_step(repeat=args.repeat)]
+    for name, fn in (("torch", "torch_w1_mlp_step"), ("jax", "jax_w1_mlp_step")):
+        mod = peers.load_peer(name)
+        if mod is not None:
+            results.append(getattr(mod, fn)(repeat=args.repeat))
+    ours = results[0]["median_s"]
+    for r in results[1:]:
+        key = "torch" if "torch" in r["name"] else "jax"
+        results[0][f"ratio_vs_{key}"] = ours / r["median_s"]
+    print(peers.format_table(results, title="W1: MLP 784-512-512-10 training step (fwd+bwd+Adam), batch 256, f32"))
+    for r in results[1:]:
+        if "loss0" in r:
+            print(f"loss0 check: sciml {results[0]['loss0']:.6f} vs {r['name']} {r['loss0']:.6f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(peers.to_jsonable(results), f, indent=1)
+    return results
+
+
+if __name__ == "__main__":
+    main()
