@@ -63,16 +63,21 @@ def _make_fast(kernel, args):
         prim = kernel._primal
         if prim.return_type is not None or prim.has_print or len(prim.arguments) != len(args):
             return None
-        lines, env = [], {}
+        lines, checks, env = [], [], {"ndarray": np.ndarray, "Ndarray": Ndarray, "slow": kernel}
         for i, (a, v) in enumerate(zip(prim.arguments, args)):
             ann = a.annotation
             if isinstance(ann, ndarray_type.NdarrayType):
                 if ann.dtype is None or ann.ndim != 1:
                     return None
                 if isinstance(v, np.ndarray) and v.ndim == 1 and v.flags.c_contiguous:
+                    env[f"d{i}"] = v.dtype
+                    checks.append(f"a{i}.__class__ is not ndarray or a{i}.dtype is not d{i} or a{i}.ndim != 1 "
+                                  f"or not a{i}.flags.c_contiguous")
                     lines.append(f"    c.set_arg_external_array_with_shape(({i},), a{i}.ctypes.data, a{i}.nbytes, "
                                  f"a{i}.shape, 0)")
                 elif isinstance(v, Ndarray) and v.grad is None:
+                    env[f"d{i}"] = v.dtype
+                    checks.append(f"not isinstance(a{i}, Ndarray) or a{i}.dtype != d{i}")
                     lines.append(f"    c.set_arg_ndarray(({i},), a{i}.arr)")
                 else:
                     return None
@@ -88,7 +93,9 @@ def _make_fast(kernel, args):
         env.update(mk=tk.make_launch_context, launch=prog.launch_kernel,
                    ckd=prog.compile_kernel(prog.config(), prog.get_device_caps(), tk))
         names = ", ".join(f"a{i}" for i in range(len(args)))
-        src = f"def fast({names}):\n    c = mk()\n" + "\n".join(lines) + "\n    launch(ckd, c)\n"
+        guard = " or ".join(checks) or "False"  # anything unexpected: Taichi's own call (and its errors)
+        src = (f"def fast({names}):\n    if {guard}:\n        return slow({names})\n    c = mk()\n"
+               + "\n".join(lines) + "\n    launch(ckd, c)\n")
         exec(src, env)  # noqa: S102 - generated from the kernel's own annotations
         return env["fast"]
     except Exception as e:  # pragma: no cover - another Taichi version: keep Taichi's own call

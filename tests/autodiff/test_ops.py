@@ -340,3 +340,17 @@ def test_softmax_is_stable_for_large_inputs():
     a = np.array([[1000.0, 1001.0, 999.0]])
     np.testing.assert_allclose(sm.softmax(sm.tensor(a)).numpy(), _np_softmax(a), rtol=1e-12)
     np.testing.assert_allclose(sm.logsumexp(sm.tensor(a)).numpy(), _np_lse(a), rtol=1e-12)
+
+
+def test_fast_launch_guards_fall_back_to_taichi():
+    from sciml.kernels import _common as C
+    from sciml.kernels import elementwise as E
+    k = C.cached(("test_unary_neg_f64",), lambda: E._build_unary("neg", "float64", True))
+    x, out = np.arange(6.0), np.empty(6)
+    k(x, out, 6)
+    k(x, out, 6)  # fast path
+    np.testing.assert_array_equal(out, -x)
+    with pytest.raises(ValueError, match="Non contiguous"):  # the guard hands it to Taichi, which rejects it
+        k(np.arange(12.0)[::2], out, 6)
+    with pytest.raises(ValueError, match="dtype"):
+        k(np.arange(6, dtype=np.float32), out, 6)
