@@ -15,6 +15,7 @@ except ImportError:  # running from a source checkout without `pip install -e .`
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import sciml as sm
+from sciml import distributed as dist
 from sciml.data import DataLoader, train_test_split
 from sciml.models import MLP, accuracy, cross_entropy
 from sciml.optim import AdamW, schedules
@@ -38,6 +39,7 @@ def main(argv=None):
     ap.add_argument("--out", default="digits_mlp_loss.png", help="loss-curve plot (png)")
     ap.add_argument("--quick", action="store_true", help="1 epoch on a subset (smoke test)")
     args = ap.parse_args(argv)
+    dist.init()  # `mpirun -np N python examples/digits_mlp.py`: each batch split over N ranks
     sm.init(dtype=args.dtype, seed=args.seed)
     Xtr, Xte, ytr, yte = load(args.seed)
     epochs = args.epochs
@@ -45,15 +47,16 @@ def main(argv=None):
         Xtr, ytr, Xte, yte, epochs = Xtr[:256], ytr[:256], Xte[:128], yte[:128], 1
     loader = DataLoader(Xtr, ytr, batch_size=args.batch_size, shuffle=True, seed=args.seed)
     net = MLP([64, 128, 128, 10], activation=sm.relu, seed=args.seed, init="kaiming_uniform")
-    print(net)
+    dist.print0(net)
     opt = AdamW(net.parameters(), lr=schedules.warmup_cosine(3e-3, 50, epochs * len(loader)), weight_decay=1e-2)
     trainer = Trainer(net, cross_entropy, opt,
                       metrics={"accuracy": accuracy})
     t0 = time.perf_counter()
     history = trainer.fit(loader, epochs=epochs, val=(Xte, yte))
     acc = trainer.evaluate((Xte, yte))["accuracy"]
-    print(f"test accuracy: {acc * 100:.2f}%  ({len(yte)} test images, {time.perf_counter() - t0:.1f} s training)")
-    plot(history, args.out, "MLP on scikit-learn digits")
+    dist.print0(f"test accuracy: {acc * 100:.2f}%  ({len(yte)} test images, {time.perf_counter() - t0:.1f} s training)")
+    if dist.is_main():
+        plot(history, args.out, "MLP on scikit-learn digits")
     return acc
 
 

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from . import distributed as dist
 from .autodiff.tensor import Tensor, tensor
 from .autodiff.transforms import value_and_grad
 from .autodiff.primitive import no_grad
@@ -46,11 +47,13 @@ class Trainer:
         self.model, self.loss, self.optimizer = model, loss, optimizer
         if optimizer._leaves is None:
             optimizer.bind(model.parameters())
+        dist.broadcast_parameters(model)  # under MPI: every rank starts from rank 0's parameters
         self.metrics = dict(metrics or {})
         self.checkpoint, self.checkpoint_every = checkpoint, checkpoint_every
         if checkpoint_every is not None and checkpoint is None:
             raise ValueError("Trainer: checkpoint_every is set but checkpoint (a file path) is None.")
-        self.check_finite, self.progress, self.log_every = check_finite, progress, max(1, int(log_every))
+        self.check_finite, self.log_every = check_finite, max(1, int(log_every))
+        self.progress = progress and dist.is_main()  # under MPI: rank 0 prints
         self.step = 0
         self.epoch = 0
         self._batch = 0  # batch index within the epoch of the next step
@@ -80,7 +83,9 @@ class Trainer:
     def train_step(self, x, y) -> float:
         """One optimisation step on a batch; returns the loss (as a float)."""
         self.model.train()
+        x, y = dist.shard((x, y))  # under MPI: this rank's rows of the global batch
         loss, g = self._grad_fn(self.model.params(), x, y)
+        loss, g = dist.all_reduce((loss, g), weight=x.shape[0])  # global mean over ranks, one MPI call
         lv = float(loss)
         if self.check_finite and not np.isfinite(lv):
             raise FloatingPointError(f"Trainer: the loss is {lv} at step {self.step} (epoch {self.epoch}, batch "
@@ -172,6 +177,8 @@ class Trainer:
     # --- checkpoints ----------------------------------------------------------------------------
     def save_checkpoint(self, path):
         """Write model, optimizer, loop position and loss history to one .npz file (no pickle)."""
+        if not dist.is_main():  # under MPI only rank 0 writes (every rank holds the same state)
+            return
         arrays = {f"model/{k}": v for k, v in self.model.state_dict().items()}
         sd = self.optimizer.state_dict()
         arrays.update({f"opt/{k}": v for k, v in sd["state"].items()})
