@@ -268,3 +268,30 @@ def _build_cg(dtype, serial):
             out[0] += ti.cast(ri, FT) * ti.cast(ri, FT)
             out[1] += ti.abs(ti.cast(ri, FT))
     return k
+
+
+def adahessian_update(x, m, v, g, D, out, lr: float, b1: float, b2: float, bc1: float, bc2: float, eps: float,
+                      power: float, wd: float, n: int, dtype: str):
+    """AdaHessian: m <- b1 m + (1-b1) g; v <- b2 v + (1-b2) D^2 (in place);
+    out = x - lr * ((m / bc1) / ((v / bc2)^(power/2) + eps) + wd x)."""
+    serial = _par(n)
+    k = C.cached(("opt_adahessian", dtype, serial), lambda: _build_adahessian(dtype, serial))
+    k(x, m, v, g, D, out, lr, b1, b2, bc1, bc2, eps, power, wd, n)
+
+
+def _build_adahessian(dtype, serial):
+    ti, A = C.ti(), C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(x: A, m: A, v: A, g: A, D: A, out: A, lr: T, b1: T, b2: T, bc1: T, bc2: T, eps: T, power: T, wd: T,
+          n: ti.i32):
+        ti.loop_config(serialize=serial)
+        for i in range(n):
+            mi = b1 * m[i] + (1 - b1) * g[i]
+            vi = b2 * v[i] + (1 - b2) * D[i] * D[i]
+            m[i] = mi
+            v[i] = vi
+            denom = ti.pow(vi / bc2, power / 2) + eps
+            out[i] = x[i] - lr * ((mi / bc1) / denom + wd * x[i])
+    return k

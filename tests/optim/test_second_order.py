@@ -226,3 +226,138 @@ def _as_tree(net, ps):
             d = d.setdefault(k, {})
         d[parts[-1]] = p
     return tree
+
+
+# --- BFGS, Newton, Newton-CG ------------------------------------------------------------------
+from sciml.optim.adahessian import AdaHessian, adahessian  # noqa: E402
+from sciml.optim.bfgs import BFGS, bfgs  # noqa: E402
+from sciml.optim.least_squares import GaussNewton, LevenbergMarquardt, gauss_newton, levenberg_marquardt  # noqa: E402
+from sciml.optim.newton import Newton, NewtonCG, newton, newton_cg  # noqa: E402
+
+_A = np.random.default_rng(0).normal(size=(6, 6))
+_A = _A @ _A.T + np.eye(6)
+_b = np.arange(6.0)
+_xstar = np.linalg.solve(_A, _b)
+
+
+def quad(x):
+    return 0.5 * (x * sm.matmul(sm.tensor(_A), x)).sum() - (sm.tensor(_b) * x).sum()
+
+
+def test_newton_quadratic_one_step():
+    r = newton(quad, sm.tensor(np.zeros(6)), gtol=1e-9)
+    assert r.iterations == 1 and r.reason == "gtol"
+    np.testing.assert_allclose(r.params.numpy(), _xstar, rtol=1e-10)
+
+
+def test_newton_cg_quadratic_at_most_n_hvps():
+    r = newton_cg(quad, sm.tensor(np.zeros(6)), gtol=1e-9, cg_tol=1e-12)
+    assert r.iterations == 1 and r.nhvp <= 6
+    np.testing.assert_allclose(r.params.numpy(), _xstar, rtol=1e-9)
+
+
+def test_cg_least_squares_linear_at_most_n_products():
+    M = np.random.default_rng(1).normal(size=(10, 4))
+    y = np.arange(10.0)
+    r = gauss_newton(lambda p: sm.matmul(sm.tensor(M), p) - sm.tensor(y), sm.tensor(np.zeros(4)), solver="cg",
+                     cg_tol=1e-14, max_iter=1)
+    np.testing.assert_allclose(r.params.numpy(), np.linalg.lstsq(M, y, rcond=None)[0], rtol=1e-8)
+    assert r.nhvp <= 4 + 1          # CG products + the predicted-decrease product
+
+
+def test_newton_damps_an_indefinite_hessian():
+    r = newton(lambda x: (x[0] ** 4 - x[0] ** 2) + x[1] ** 2, sm.tensor([0.1, 1.0]), gtol=1e-10)
+    np.testing.assert_allclose(np.abs(r.params.numpy()), [1 / np.sqrt(2), 0.0], atol=1e-8)
+
+
+@pytest.mark.parametrize("n", [2, 100])
+@pytest.mark.parametrize("method", ["bfgs", "newton_cg"])
+def test_rosenbrock_bfgs_newton_cg(method, n):
+    fn = {"bfgs": bfgs, "newton_cg": newton_cg}[method]
+    r = fn(rosen, sm.tensor(x0(n)), gtol=1e-6, max_iter=5000, ftol=0, xtol=0)
+    assert r.reason == "gtol"
+    assert np.linalg.norm(rosen_grad_np(r.params.numpy())) < 1e-6
+    np.testing.assert_allclose(r.params.numpy(), 1.0, atol=1e-5)
+
+
+def test_bfgs_self_scaling_and_quadratic():
+    for ss in (False, True):
+        r = bfgs(quad, sm.tensor(np.zeros(6)), self_scaling=ss, gtol=1e-6, ftol=0, xtol=0)
+        np.testing.assert_allclose(r.params.numpy(), _xstar, atol=1e-5)
+        assert r.reason == "gtol" and r.iterations <= 30
+
+
+# --- least squares ----------------------------------------------------------------------------
+def _decay():
+    rng = np.random.default_rng(0)
+    t = np.linspace(0, 4, 40)
+    y = 2.5 * np.exp(-1.3 * t) + 0.4 + 0.02 * rng.normal(size=t.size)
+    return t, y
+
+
+@pytest.mark.parametrize("solver", ["dense", "cg"])
+def test_levenberg_marquardt_matches_scipy(solver):
+    from scipy.optimize import least_squares
+    t, y = _decay()
+    T, Y = sm.tensor(t), sm.tensor(y)
+    ref = least_squares(lambda p: p[0] * np.exp(-p[1] * t) + p[2] - y, [1.0, 1.0, 0.0], xtol=1e-15, ftol=1e-15,
+                        gtol=1e-15, method="lm")
+    r = levenberg_marquardt(lambda p: p[0] * sm.exp(-p[1] * T) + p[2] - Y, sm.tensor([1.0, 1.0, 0.0]),
+                            solver=solver)
+    assert r.success
+    np.testing.assert_allclose(r.params.numpy(), ref.x, atol=1e-8)
+    g = gauss_newton(lambda p: p[0] * sm.exp(-p[1] * T) + p[2] - Y, sm.tensor([1.0, 1.0, 0.0]), solver=solver)
+    np.testing.assert_allclose(g.params.numpy(), ref.x, atol=1e-8)
+
+
+def test_least_squares_errors():
+    x = sm.tensor([1.0])
+    with pytest.raises(ValueError, match="solver='qr'; expected one of"):
+        levenberg_marquardt(lambda p: p, x, solver="qr")
+    with pytest.raises(TypeError, match="residual must return a Tensor; got float"):
+        levenberg_marquardt(lambda p: 1.0, x)
+    with pytest.raises(ValueError, match="lam \\(initial damping\\) must be a finite number >= 0"):
+        levenberg_marquardt(lambda p: p, x, lam=-1.0)
+
+
+# --- AdaHessian -------------------------------------------------------------------------------
+def test_adahessian_converges_on_badly_scaled_quadratic():
+    scale = sm.tensor([1.0, 100.0])
+    r = adahessian(lambda x: ((x - 1.0) ** 2 * scale).sum(), sm.tensor([0.0, 3.0]), steps=200)
+    np.testing.assert_allclose(r.params.numpy(), 1.0, atol=1e-4)
+    assert r.nhvp == 200
+    with pytest.raises(ValueError, match="betas must be a pair"):
+        adahessian(lambda x: x.sum(), sm.tensor([1.0]), betas=(0.9,))
+
+
+def test_adahessian_spatial_averaging_on_conv_shaped_params():
+    w = sm.tensor(np.random.default_rng(0).normal(size=(2, 1, 3, 3)))
+    r = adahessian(lambda p: ((p["k"] - 0.5) ** 4).sum(), {"k": w}, steps=50, lr=0.1)
+    assert float(((r.params["k"] - 0.5) ** 4).sum()) < float(((w - 0.5) ** 4).sum())
+
+
+# --- every optimizer decreases an MLP regression on a Module's parameters ---------------------
+@pytest.mark.parametrize("name", ["LBFGS", "BFGS", "Newton", "NewtonCG", "LevenbergMarquardt", "GaussNewton",
+                                  "AdaHessian"])
+def test_every_optimizer_decreases_mlp_loss(name):
+    net = MLP([1, 6, 1], seed=0)
+    x = sm.tensor(np.linspace(-1, 1, 24).reshape(-1, 1))
+    y = sm.tensor(np.sin(3 * np.linspace(-1, 1, 24)).reshape(-1, 1))
+
+    def residual(p):
+        return net.apply(p, x) - y
+
+    def loss(p):
+        return (residual(p) ** 2).mean()
+    f0 = float(loss(net.params()))
+    kw = {"LBFGS": dict(max_iter=30), "BFGS": dict(max_iter=30), "Newton": dict(max_iter=3),
+          "NewtonCG": dict(max_iter=5), "LevenbergMarquardt": dict(max_iter=10), "GaussNewton": dict(max_iter=5),
+          "AdaHessian": dict(lr=0.05)}[name]
+    cls = {"LBFGS": LBFGS, "BFGS": BFGS, "Newton": Newton, "NewtonCG": NewtonCG,
+           "LevenbergMarquardt": LevenbergMarquardt, "GaussNewton": GaussNewton, "AdaHessian": AdaHessian}[name]
+    opt = cls(net.params(), **kw)
+    fn = residual if name in ("LevenbergMarquardt", "GaussNewton") else loss
+    for _ in range(20 if name == "AdaHessian" else 1):
+        opt.step(fn)
+    f1 = float(loss(net.params()))
+    assert f1 < 0.9 * f0
