@@ -7,4 +7,8 @@ from .transforms import (add_decayed_weights, clip_by_global_norm, identity, sca
                          scale_by_lr, scale_by_rms, scale_by_schedule, trace)
 from .aliases import adagrad, adam, adamw, rmsprop, sgd
 from .lbfgs import LBFGS, lbfgs
+from .adahessian import AdaHessian, adahessian
+from .bfgs import BFGS, bfgs
+from .least_squares import GaussNewton, LevenbergMarquardt, gauss_newton, levenberg_marquardt
+from .newton import Newton, NewtonCG, newton, newton_cg
 from .result import IterInfo, Result
