@@ -89,6 +89,20 @@ def train_sciml_adam(steps=10):
     return {k: v.numpy() for k, v in params.items()}, float(aux["half"]) * 2 - float(loss)
 
 
+def trainer_fit(tmp_checkpoint=None):
+    """sciml.train.Trainer + DataLoader, 10 steps (batches of 7 and 2: unequal shards on 2 ranks)."""
+    from sciml.data import DataLoader
+    from sciml.models import MLP
+    from sciml.optim import Adam
+    from sciml.train import Trainer
+    x, y = global_data(9)
+    net = MLP(list(SIZES), activation=sm.tanh, seed=5 + dist.rank())  # rank 0's weights win (broadcast)
+    trainer = Trainer(net, lambda pred, t: ((pred - t) ** 2).mean(), Adam(net.parameters(), lr=0.05),
+                      progress=False, checkpoint=tmp_checkpoint, checkpoint_every=10 if tmp_checkpoint else None)
+    trainer.fit(DataLoader(x.numpy(), y.numpy(), batch_size=7, shuffle=True, seed=1), epochs=5)
+    return {k: v for k, v in net.state_dict().items()}, np.array(trainer.history["loss"])
+
+
 def weighted_unequal_shards():
     """Global batch of 15 over 2 ranks (8 + 7 points): weights make the mean the global mean."""
     x, y = dist.shard(global_data(15))
@@ -160,6 +174,9 @@ def run_train():
         p, losses = train_first_order(method)
         out.update({f"{method}_{k}": v for k, v in p.items()})
         out[f"{method}_losses"] = losses
+    sd, losses = trainer_fit()
+    out.update({f"trainer_{k}": v for k, v in sd.items()})
+    out["trainer_losses"] = losses
     p, aux_gap = train_sciml_adam()
     out.update({f"smadam_{k}": v for k, v in p.items()})
     out["aux_gap"] = np.asarray(aux_gap)

@@ -74,6 +74,14 @@ def test_sciml_adam_with_broadcast_parameters_and_reduced_aux(two_ranks, one_ran
 
 
 @needs_mpirun
+def test_trainer_on_two_ranks_matches_one_rank(two_ranks, one_rank):
+    keys = [k for k in one_rank if k.startswith("trainer_")]
+    assert len(keys) > 2
+    for k in keys:
+        _close(two_ranks[k], one_rank[k], k)
+
+
+@needs_mpirun
 def test_weighted_mean_over_unequal_shards_is_the_global_mean(two_ranks, one_rank):
     _close(two_ranks["w_loss"], one_rank["w_loss"], "loss")
     _close(two_ranks["w_loss2"], one_rank["w_loss"], "wrap_loss value")
