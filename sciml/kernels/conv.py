@@ -62,7 +62,7 @@ def _build_bias_act(act, dtype, serial):
 
 def bias_act(act, h, b, y, rows, cols, dtype):
     """y[r, j] = act(h[r, j] + b[j])."""
-    serial = C.launch_mode(rows * cols) or rows < 4
+    serial = C.launch_mode(rows * cols) or (rows < 4 and C.backend.on_host())
     C.cached(("bias_act", act, dtype, serial), lambda: _build_bias_act(act, dtype, serial))(h, b, y, rows, cols)
 
 
@@ -95,55 +95,53 @@ def _build_bias_act_vjp(act, dtype, serial, with_b):
 
 def bias_act_vjp(act, g, y, gz, gb, rows, cols, dtype):
     """gz = g * act'(y) (from the output y), gb[j] = sum_r gz[r, j] (skipped if gb is None)."""
-    serial = C.launch_mode(rows * cols) or cols < 32
+    serial = C.launch_mode(rows * cols) or (cols < 32 and C.backend.on_host())
     with_b = gb is not None
     k = C.cached(("bias_act_vjp", act, dtype, serial, with_b),
                  lambda: _build_bias_act_vjp(act, dtype, serial, with_b))
     k(g, y, gz, gb if with_b else gz, rows, cols)
 
 
-def _build_xent(dtype):
+def _build_xent(dtype, serial):
     ti = C.ti()
     A = C.arr(dtype)
     T = C.backend.ti_dtype(dtype)
 
     @ti.kernel
     def k(x: A, q: A, rowloss: A, total: A, rows: ti.i32, cols: ti.i32, scale: T):
-        ti.loop_config(serialize=True)
-        for _ in range(1):
-            acc = ti.cast(0.0, T)
-            for r in range(rows):
-                mx = x[r * cols]
-                for j in range(1, cols):
-                    mx = ti.max(mx, x[r * cols + j])
-                s = ti.cast(0.0, T)
-                qs = ti.cast(0.0, T)
-                qx = ti.cast(0.0, T)
-                for j in range(cols):
-                    xv = x[r * cols + j]
-                    s += ti.exp(xv - mx)
-                    qs += q[r * cols + j]
-                    qx += q[r * cols + j] * xv
-                L = (mx + ti.log(s)) * qs - qx
-                rowloss[r] = L
-                acc += L
-            total[0] = acc * scale
+        ti.loop_config(serialize=serial)
+        for r in range(rows):
+            mx = x[r * cols]
+            for j in range(1, cols):
+                mx = ti.max(mx, x[r * cols + j])
+            s = ti.cast(0.0, T)
+            qs = ti.cast(0.0, T)
+            qx = ti.cast(0.0, T)
+            for j in range(cols):
+                xv = x[r * cols + j]
+                s += ti.exp(xv - mx)
+                qs += q[r * cols + j]
+                qx += q[r * cols + j] * xv
+            L = (mx + ti.log(s)) * qs - qx
+            rowloss[r] = L
+            total[0] += L * scale  # total starts at zero (atomic add when parallel)
     return k
 
 
 def xent(x, q, rowloss, total, rows, cols, scale, dtype):
-    """rowloss[r] = logsumexp(x[r]) * sum(q[r]) - q[r] . x[r]; total[0] = scale * sum(rowloss)."""
-    C.cached(("xent", dtype), lambda: _build_xent(dtype))(x, q, rowloss, total, rows, cols, scale)
+    """rowloss[r] = logsumexp(x[r]) * sum(q[r]) - q[r] . x[r]; total[0] += scale * sum(rowloss) (zero it first)."""
+    serial = C.launch_mode(rows * cols)
+    C.cached(("xent", dtype, serial), lambda: _build_xent(dtype, serial))(x, q, rowloss, total, rows, cols, scale)
 
 
-def _build_xent_grad(dtype, per_row):
+def _build_xent_grad(dtype, per_row, serial):
     ti = C.ti()
     A = C.arr(dtype)
     T = C.backend.ti_dtype(dtype)
 
     @ti.kernel
     def k(x: A, q: A, g: A, gx: A, rows: ti.i32, cols: ti.i32, scale: T):
-        ti.loop_config(serialize=True)
+        ti.loop_config(serialize=serial)
         for r in range(rows):
             gr = g[0] * scale
             if ti.static(per_row):
@@ -163,7 +161,9 @@ def _build_xent_grad(dtype, per_row):
 
 def xent_grad(x, q, g, gx, rows, cols, scale, per_row, dtype):
     """gx[r, j] = g_r * scale * (softmax(x[r])_j * sum(q[r]) - q[r, j]); g_r = g[r] if per_row else g[0]."""
-    C.cached(("xent_grad", dtype, per_row), lambda: _build_xent_grad(dtype, per_row))(x, q, g, gx, rows, cols, scale)
+    serial = C.launch_mode(rows * cols)
+    k = C.cached(("xent_grad", dtype, per_row, serial), lambda: _build_xent_grad(dtype, per_row, serial))
+    k(x, q, g, gx, rows, cols, scale)
 
 
 # --- unfold (im2col) and fold (col2im) ----------------------------------------------------------

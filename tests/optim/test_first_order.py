@@ -270,3 +270,19 @@ def test_clipping_scales_to_max_norm():
     opt = SGD(p, lr=1.0, clip_norm=1.0)
     opt.step([sm.tensor([3.0, 4.0])])
     np.testing.assert_allclose(p[0].numpy(), [-0.6, -0.8])
+
+
+@pytest.mark.parametrize("cls,kind", [(Adam, "adam"), (SGD, "sgd")])
+def test_large_parameter_parallel_kernel_path(cls, kind):
+    n = 70_000  # above the serial threshold: the parallel, blocked kernel
+    p0, g = RNG.normal(size=n), RNG.normal(size=n)
+    p = Parameter(p0)
+    kw = dict(lr=0.01, momentum=0.9) if kind == "sgd" else dict(lr=0.01)
+    opt = cls([p], **kw)
+    opt.step([sm.tensor(g)])
+    opt.step([sm.tensor(g)])
+    if kind == "adam":
+        want = p0 - 0.02 * g / (np.abs(g) + 1e-8)
+    else:
+        want = p0 - 0.01 * g - 0.01 * (0.9 * g + g)
+    np.testing.assert_allclose(p.numpy(), want, rtol=1e-9, atol=1e-12)

@@ -106,7 +106,7 @@ def bias_act(h, b, act="identity"):
 def _xent_fwd(x, q, reduction):
     rows, cols = x.shape
     rowloss = backend.empty(max(rows, 1), x.dtype)
-    total = backend.empty(1, x.dtype)
+    total = backend.zeros(1, x.dtype)
     scale = 1.0 / rows if reduction == "mean" and rows else 1.0
     K.xent(x._buf, q._buf, rowloss, total, rows, cols, scale, x.dtype)
     if reduction == "none":
