@@ -142,6 +142,19 @@ def lbfgs():
     return {k: v.numpy() for k, v in params.items()}, float(res.loss)
 
 
+def newton_cg():
+    """sciml.optim.NewtonCG (HVPs through wrap_loss inside truncated CG) on the wrapped loss."""
+    try:
+        from sciml.models import Parameter
+        from sciml.optim import NewtonCG
+    except ImportError:
+        return None
+    x, y = dist.shard(global_data())
+    params = {k: Parameter(v) for k, v in start_params().items()}
+    res = NewtonCG(params, max_iter=4, cg_max=6).step(dist.wrap_loss(lambda q: loss_fn(q, x, y)))
+    return {k: v.numpy() for k, v in params.items()}, float(res.loss)
+
+
 def pinn_solve(checkpoint=None):
     """A tiny Burgers PINN through sciml.pinn.solve (Adam then L-BFGS): every rank must end with rank 0's
     parameters bit for bit. Returns (max |params - rank 0's params| over ranks, rank 0's flat params)."""
@@ -192,6 +205,10 @@ def run_train():
     if lb is not None:
         out.update({f"lbfgs_{k}": v for k, v in lb[0].items()})
         out["lbfgs_loss"] = np.asarray(lb[1])
+    nc = newton_cg()
+    if nc is not None:
+        out.update({f"newton_{k}": v for k, v in nc[0].items()})
+        out["newton_loss"] = np.asarray(nc[1])
     out["world_size"] = np.asarray(dist.world_size())
     return out
 

@@ -117,6 +117,16 @@ def test_pinn_solve_on_two_ranks_keeps_ranks_identical_and_its_checkpoint_resume
 
 
 @needs_mpirun
+def test_newton_cg_on_two_ranks_matches_one_rank(two_ranks, one_rank):
+    if "newton_loss" not in one_rank:
+        pytest.skip("sciml.optim.NewtonCG is not available in this tree")
+    for k in ("W0", "b0", "W1", "b1"):
+        np.testing.assert_allclose(two_ranks[f"newton_{k}"], one_rank[f"newton_{k}"], rtol=1e-8, atol=1e-10,
+                                   err_msg=f"Newton-CG {k}")
+    assert float(two_ranks["newton_loss"]) < one_rank["sgd_losses"][0]
+
+
+@needs_mpirun
 def test_a_rank_that_leaves_makes_the_other_fail_with_a_timeout_message(tmp_path):
     out = tmp_path / "die.txt"
     os.environ["SCIML_DIST_TIMEOUT"] = "3"
