@@ -1,0 +1,141 @@
+"""W6: 100-D Rosenbrock in float64 from the standard start (-1.2, 1, ...) to ||grad||_2 < 1e-6:
+iterations, loss(+gradient) evaluations, HVPs and wall time of sciml's LBFGS and NewtonCG vs
+torch.optim.LBFGS (strong Wolfe, history 10) and SciPy's L-BFGS-B / Newton-CG, in one run.
+
+sciml rows:
+- ``sciml/W6_lbfgs_ops``: ``sciml.optim.lbfgs`` (history 10, strong Wolfe), the loss written with
+  sciml ops (generic autodiff: ~10 forward + ~20 backward kernel launches per evaluation);
+- ``sciml/W6_lbfgs_fused``: the same optimizer on a loss written as ONE fused Taichi kernel
+  primitive (value) whose VJP is one more kernel (gradient): isolates the optimizer's own cost;
+- ``sciml/W6_newton_cg_ops``: ``sciml.optim.newton_cg`` (truncated CG on forward-over-reverse
+  HVPs, SciPy's forcing term), the loss in sciml ops.
+
+    python -m benchmarks.bench_w6 [--repeat 3] [--no-peers]
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import peers  # noqa: E402
+from benchmarks.peers import common as PC  # noqa: E402
+
+GTOL = 1e-6
+
+
+def _sm():
+    import sciml as sm
+    sm.init(arch="cpu", dtype="float64")
+    return sm
+
+
+def rosen_ops(sm):
+    def f(x):
+        return (100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2).sum()
+    return f
+
+
+def rosen_fused(sm):
+    """Rosenbrock as one sciml primitive: forward = one Taichi kernel, VJP = g * (one kernel)."""
+    import taichi as ti
+    from sciml import backend
+    from sciml.autodiff.primitive import Primitive
+    from sciml.kernels import _common as C
+    A = C.arr("float64")
+
+    @ti.kernel
+    def val(x: A, out: A, n: ti.i32):
+        out[0] = 0.0
+        ti.loop_config(serialize=True)
+        for i in range(n - 1):
+            a = x[i + 1] - x[i] * x[i]
+            b = 1.0 - x[i]
+            out[0] += 100.0 * a * a + b * b
+
+    @ti.kernel
+    def grad(x: A, g: A, out: A, n: ti.i32):
+        ti.loop_config(serialize=True)
+        for i in range(n):
+            gi = 0.0
+            if i < n - 1:
+                gi += -400.0 * x[i] * (x[i + 1] - x[i] * x[i]) - 2.0 * (1.0 - x[i])
+            if i > 0:
+                gi += 200.0 * (x[i] - x[i - 1] * x[i - 1])
+            out[i] = g[0] * gi
+
+    def fwd(x):
+        out = backend.empty(1, "float64")
+        val(x._buf, out, x.size)
+        return out, (), "float64"
+
+    def gfwd(x, g):
+        out = backend.empty(x.size, "float64")
+        grad(x._buf, g._buf, out, x.size)
+        return out, x.shape, "float64"
+    P = Primitive("rosenbrock", fwd)
+    G = Primitive("rosenbrock_grad", gfwd, order=0)
+    P.def_vjp(lambda g, x, out: (G(x, g),))
+    return P
+
+
+def run_sciml(repeat):
+    sm = _sm()
+    from sciml.optim import lbfgs, newton_cg
+    x0 = sm.tensor(PC.rosenbrock_x0())
+    res = []
+    for name, fn, loss in (("sciml/W6_lbfgs_ops", lbfgs, rosen_ops(sm)),
+                           ("sciml/W6_lbfgs_fused", lbfgs, rosen_fused(sm)),
+                           ("sciml/W6_newton_cg_ops", newton_cg, rosen_ops(sm))):
+        kw = dict(gtol=GTOL, ftol=0.0, xtol=0.0, max_iter=100000)
+        if fn is lbfgs:
+            kw.update(history=10, max_eval=200000)
+        out = {}
+
+        def solve(fn=fn, loss=loss, kw=kw):
+            out["r"] = fn(loss, x0, **kw)
+        s = peers.timeit_samples(solve, 1, repeat)
+        r = out["r"]
+        x = r.params.numpy()
+        g = np.zeros_like(x)
+        g[:-1] = -400.0 * x[:-1] * (x[1:] - x[:-1] ** 2) - 2.0 * (1.0 - x[:-1])
+        g[1:] += 200.0 * (x[1:] - x[:-1] ** 2)
+        res.append(peers.make_result(name, s, converged=bool(np.linalg.norm(g) < GTOL), nit=r.iterations,
+                                     nfev=r.nfev, nhvp=r.nhvp, grad_norm=float(np.linalg.norm(g)),
+                                     x_err=float(np.abs(x - 1).max()), dtype="float64"))
+    return res
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-peers", action="store_true")
+    a = ap.parse_args(argv)
+    res = run_sciml(a.repeat)
+    if not a.no_peers:
+        tp = peers.load_peer("torch")
+        if tp is not None:
+            res.append(tp.torch_w6_rosenbrock_lbfgs(repeat=a.repeat))
+        npp = peers.load_peer("numpy")
+        if npp is not None:
+            for m in ("L-BFGS-B", "Newton-CG"):
+                res.append(npp.scipy_w6_rosenbrock(m, repeat=a.repeat))
+    print(peers.format_table(res, "W6: 100-D Rosenbrock, float64, to ||grad||_2 < 1e-6 (CPU)"))
+    peer_fev = [r["nfev"] for r in res if not r["name"].startswith("sciml") and r.get("converged")]
+    torch_t = [r["median_s"] for r in res if r["name"].startswith("torch")]
+    for r in res:
+        if r["name"].startswith("sciml"):
+            msg = f"{r['name']}: {r['nfev']} evaluations"
+            if peer_fev:
+                msg += f" (best peer {min(peer_fev)})"
+            if torch_t:
+                msg += f", {r['median_s'] * 1e3:.0f} ms = {r['median_s'] / torch_t[0]:.2f}x torch LBFGS"
+            print(msg)
+    return res
+
+
+if __name__ == "__main__":
+    main()
