@@ -233,7 +233,7 @@ def _blas_threads(n):
 
 
 def solve(problem, net, points=4096, stages=None, *, blas_threads=1, **kw):
-"""Train a PINN: fit ``net`` so that ``problem``'s residual and conditions vanish.
+    """Train a PINN: fit ``net`` so that ``problem``'s residual and conditions vanish.
 
     Args:
         problem: a :class:`~sciml.pinn.Problem`.
