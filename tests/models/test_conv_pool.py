@@ -90,3 +90,20 @@ def test_conv_errors():
         Conv2d(1, 1, 5)(sm.ones((1, 1, 3, 3)))
     with pytest.raises(ValueError, match=r"expected \(N, C, H, W\)"):
         max_pool2d(sm.ones((3, 3)), 2)
+
+
+def test_conv1d_and_flatten_derivatives():
+    x = sm.tensor(R.normal(size=(2, 2, 5)))
+    w = sm.tensor(R.normal(size=(3, 2, 2)))
+    from sciml.models import conv1d, Flatten
+    check_grads(lambda x, w: conv1d(x, w, None, stride=2, padding=1), (x, w), order=2)
+    f = Flatten()(sm.tensor(R.normal(size=(2, 3, 2, 2))))
+    assert f.shape == (2, 12)
+
+
+def test_batchnorm2d_gradients():
+    from sciml.models import BatchNorm2d
+    bn = BatchNorm2d(2)
+    x = sm.tensor(R.normal(size=(3, 2, 2, 2)))
+    check_grads(lambda x, w, b: bn.apply({"weight": w, "bias": b}, x),
+                (x, sm.tensor(R.normal(size=2)), sm.tensor(R.normal(size=2))), order=1)

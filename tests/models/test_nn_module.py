@@ -137,3 +137,21 @@ def test_apply_errors():
 def test_float32_parameters():
     layer = Linear(3, 2, dtype="float32")
     assert layer.weight.dtype == "float32" and layer(sm.ones((2, 3), dtype="float32")).dtype == "float32"
+
+
+def test_linear_without_bias_and_repr_counts():
+    layer = Linear(4, 3, bias=False, seed=2)
+    x = _x((2, 4))
+    np.testing.assert_allclose(layer(x).numpy(), x.numpy() @ layer.weight.numpy(), rtol=1e-12)
+    assert [n for n, _ in layer.named_parameters()] == ["weight"]
+    assert "# 12 params" in repr(layer)
+    assert repr(MLP([2, 3, 1])).endswith("# 13 params")
+
+
+def test_safetensors_round_trip(tmp_path):
+    pytest.importorskip("safetensors")
+    a, b = MLP([3, 4, 2], seed=0), MLP([3, 4, 2], seed=1)
+    a.save(tmp_path / "m.safetensors")
+    b.load(tmp_path / "m.safetensors")
+    x = _x((2, 3))
+    np.testing.assert_array_equal(a(x).numpy(), b(x).numpy())
