@@ -106,7 +106,8 @@ def two_loop(g, S, Y, rho, alpha, d, order, used: int, gamma: float, n: int, dty
         k = C.cached(("opt_twoloop", dtype), lambda: _build_two_loop_serial(dtype))
         k(g, S, Y, rho, alpha, d, order, used, float(gamma), n)
         return
-    ks = C.cached(("opt_twoloop_dev", dtype), lambda: _build_two_loop_device(dtype))
+    ks = {name: C.cached(("opt_twoloop_dev", name, dtype), lambda name=name: _build_two_loop_device(dtype)[name])
+          for name in ("neg", "scale", "dot", "axpy1", "axpy2")}
     ks["neg"](g, d, n)
     for j in range(used - 1, -1, -1):
         ks["dot"](S, d, rho, alpha, order, j, n)       # alpha_j = rho_j s_j.q

@@ -361,3 +361,62 @@ def test_every_optimizer_decreases_mlp_loss(name):
         opt.step(fn)
     f1 = float(loss(net.params()))
     assert f1 < 0.9 * f0
+
+
+# --- the optimizer kernels on Vulkan (own process: Taichi starts once per process) ---------------
+_VULKAN_SCRIPT = r'''
+import numpy as np, sciml as sm, taichi as ti
+sm.init(arch="vulkan", dtype="float32")
+assert ti.lang.impl.current_cfg().arch == ti.vulkan
+from sciml import backend
+from sciml.kernels import lbfgs as K
+from sciml.optim import lbfgs, newton_cg, adahessian, levenberg_marquardt
+rng = np.random.default_rng(0)
+n, m, dt = 10, 4, "float32"
+acc = K.acc_dtype(dt)
+B = lambda a, d=dt: backend.from_numpy(a, d)
+S = rng.normal(size=(m, n)).astype(np.float32); Y = S + 0.1 * rng.normal(size=(m, n)).astype(np.float32)
+rho = 1 / np.sum(S.astype(np.float64) * Y, 1)
+order = np.array([2, 0, 3, 1], np.int32); used, gamma = 3, 0.7
+g = rng.normal(size=n).astype(np.float32)
+d = backend.empty(n, dt)
+K.two_loop(B(g), B(S.ravel()), B(Y.ravel()), B(rho, acc), backend.zeros(2 * m, acc), d, B(order, "int32"),
+           used, gamma, n, dt)
+q = -g.astype(np.float64); al = {}
+for j in reversed(range(used)):
+    r = order[j]; al[r] = rho[r] * S[r] @ q; q -= al[r] * Y[r]
+q *= gamma
+for j in range(used):
+    r = order[j]; q += S[r] * (al[r] - rho[r] * Y[r] @ q)
+np.testing.assert_allclose(backend.to_numpy(d, (n,), dt), q, rtol=1e-4, atol=1e-5)
+def rosen(x):
+    a, b = x[1:] - x[:-1] * x[:-1], 1.0 - x[:-1]
+    return (100.0 * a * a + b * b).sum()
+r = lbfgs(rosen, sm.tensor(np.tile([-1.2, 1.0], 3), dtype="float32"), gtol=1e-3, max_iter=300)
+assert r.reason == "gtol", r.message
+quartic = lambda x: ((x - 2.0) * (x - 2.0) * (x - 2.0) * (x - 2.0)).sum() + (x * x).sum()
+r = newton_cg(quartic, sm.tensor([0.0, 1.0], dtype="float32"), gtol=1e-4)
+assert r.reason == "gtol", r.message
+r = adahessian(lambda x: ((x - 1.0) * (x - 1.0)).sum(), sm.tensor([0.0, 3.0], dtype="float32"), steps=100)
+assert np.abs(r.params.numpy() - 1).max() < 1e-2, r.params
+t = sm.tensor(np.linspace(0, 1, 8), dtype="float32"); y = 2.0 * sm.exp(-3.0 * t)
+r = levenberg_marquardt(lambda p: p[0] * sm.exp(-p[1] * t) - y, sm.tensor([1.0, 1.0], dtype="float32"),
+                        solver="cg", gtol=1e-5)
+assert np.abs(r.params.numpy() - [2.0, 3.0]).max() < 1e-3, r.params
+print("OK vulkan optim")
+'''
+
+
+def test_optimizer_kernels_on_vulkan():
+    import os
+    import subprocess
+    import sys
+    from tests.test_vulkan import _vulkan_available
+    if not _vulkan_available():
+        pytest.skip("no Vulkan ICD installed")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    env.pop("SCIML_ARCH", None)
+    env.pop("SCIML_DTYPE", None)
+    r = subprocess.run([sys.executable, "-c", _VULKAN_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0 and "OK vulkan optim" in r.stdout, (r.stdout + r.stderr)[-4000:]
