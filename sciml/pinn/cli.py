@@ -53,8 +53,8 @@ def add_parser(subparsers):
     p.add_argument("--net", type=_net, default=None, metavar="SPEC",
                    help="hidden layers: WIDTHxDEPTH (32x4) or widths (32,32,32)")
     p.add_argument("--arch", default=None, help="Taichi arch: cpu (default), vulkan, cuda, auto")
-    p.add_argument("--optimizer", default="lbfgs", choices=("lbfgs", "lm"),
-                   help="second stage: L-BFGS or Levenberg-Marquardt")
+    p.add_argument("--optimizer", default="lbfgs", choices=("lbfgs", "bfgs", "lm"),
+                   help="second stage: L-BFGS, dense self-scaled BFGS or Levenberg-Marquardt")
     p.add_argument("--log-every", type=int, default=None)
     p.add_argument("--quiet", action="store_true", help="only the final lines")
     p.set_defaults(fn=run)

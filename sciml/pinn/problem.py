@@ -381,6 +381,21 @@ class Loss:
 
     def terms(self, params, with_residual=False):
         """List of scalar loss terms (unweighted), aligned with ``term_names``."""
+        rs = self.residuals(params)
+        out = [ops.mean(r * r) for r in rs]
+        return (out, rs[0]) if with_residual else out
+
+    def residual_vector(self, params, weights):
+        """All residuals stacked into one vector ``v`` with ``0.5 ||v||^2`` = the weighted loss
+        ``sum_i w_i mean(r_i^2)`` (for least-squares optimizers: Levenberg–Marquardt)."""
+        parts = []
+        for r, w in zip(self.residuals(params), weights):
+            if w:
+                parts.append(ops.reshape(r, (-1,)) * math.sqrt(2.0 * w / max(r.size, 1)))
+        return parts[0] if len(parts) == 1 else ops.concat(parts, axis=0)
+
+    def residuals(self, params):
+        """List of pointwise residuals ``(n_i, k_i)``, aligned with ``term_names``."""
         pb, b = self.problem, self.batch
         self._bind_params(params.get("pde"))
         try:
@@ -392,14 +407,12 @@ class Loss:
                     lo, hi = b.ranges[0]
                     jet = Jet(pb.names, b.n, pb.n_out, b.dtype,
                               _Sliced(values, lo, hi, full=len(b.ranges) == 1))
-                    r = pb.pde_residual(jet, b.coords)
-                    out = [ops.mean(r * r)]
+                    out = [pb.pde_residual(jet, b.coords)]
                     for c, pts, (lo, hi) in zip(pb.soft_conditions, b.cond_points, b.ranges[1:]):
                         cj = Jet(pb.names, hi - lo, pb.n_out, b.dtype,
                                  _Sliced(values, lo, hi, full=False))
-                        rc = c.residual(cj.field(()), pts)
-                        out.append(ops.mean(rc * rc))
-                    return (out, r) if with_residual else out
+                        out.append(c.residual(cj.field(()), pts))
+                    return out
                 except _Missing as miss:   # the residual asked for something new: recompute
                     self.pde_derivs = self.pde_derivs | {miss.idx}
         finally:

@@ -48,11 +48,14 @@ class Setup:
         if second:
             if optimizer == "lbfgs":
                 out.append((LBFGS(history=50, max_iter=50), int(second)))
+            elif optimizer == "bfgs":
+                from ..optim import BFGS
+                out.append((BFGS(self_scaling=True, max_iter=50), int(second)))
             elif optimizer in ("lm", "levenberg_marquardt"):
                 from ..optim import LevenbergMarquardt
-                out.append((LevenbergMarquardt(), int(second)))
+                out.append((LevenbergMarquardt(max_iter=5), int(second)))
             else:
-                raise ValueError(f"optimizer must be 'lbfgs' or 'lm', got {optimizer!r}.")
+                raise ValueError(f"optimizer must be 'lbfgs', 'bfgs' or 'lm', got {optimizer!r}.")
         return out
 
     def run(self, steps=None, points=None, seed=0, dtype=None, sizes=None, optimizer="lbfgs",

@@ -86,6 +86,10 @@ def _is_curvature(opt):
     return hasattr(opt, "_minimize") or getattr(opt, "needs_loss", False)
 
 
+def _is_least_squares(opt):
+    return any(c.__name__ in ("LevenbergMarquardt", "GaussNewton") for c in type(opt).__mro__)
+
+
 def _check_stages(stages):
     if not isinstance(stages, (list, tuple)) or not stages:
         raise ValueError("solve(stages=...): expected a list of (optimizer, steps) pairs, e.g. "
@@ -349,7 +353,10 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
         k = first
         while k < steps and not stop:
             if curv:
-                chunk_fn = dist.wrap_loss(lambda p: total(p)[0])  # global mean over MPI ranks
+                if _is_least_squares(opt):   # Levenberg–Marquardt / Gauss–Newton: residuals
+                    chunk_fn = lambda p: loss.residual_vector(p, w_now())  # noqa: E731
+                else:
+                    chunk_fn = dist.wrap_loss(lambda p: total(p)[0])  # global mean over MPI ranks
                 res = _curvature_chunk(opt, chunk_fn, steps - k)
                 done = max(int(getattr(res, "iterations", 1)), 0)
                 k += max(done, 1)

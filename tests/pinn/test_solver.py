@@ -116,3 +116,23 @@ def test_bad_stages_points_and_net():
         solve(pb, net, stages=[(Adam(), 1)], dtype="float16")
     with pytest.raises(ValueError, match="unknown term"):
         solve(pb, net, stages=[(Adam(), 1)], weights={"bc": 1.0})
+
+
+def test_levenberg_marquardt_and_bfgs_stages():
+    from sciml.optim import BFGS, LevenbergMarquardt
+    for opt in (LevenbergMarquardt(max_iter=10), BFGS(self_scaling=True, max_iter=20)):
+        net = MLP([1, 8, 1], activation=sm.tanh, seed=0)
+        r = solve(_poisson(), net, points=32, verbose=False,
+                  stages=[(Adam(lr=1e-2), 200), (opt, 20)])
+        assert r.history["loss"][-1] < 0.1 * r.history["loss"][199], type(opt).__name__
+        assert r.rel_l2 < 1e-2
+    # 0.5 ||v||^2 of the residual vector is the weighted loss
+    from sciml.pinn.problem import Loss
+    from sciml.pinn.solver import sample_batch
+    pb = _poisson()
+    net = MLP([1, 8, 1], seed=1)
+    loss = Loss(pb, net, sample_batch(pb, 16, np.random.default_rng(0), "lhs", "float64"))
+    p = {"net": net.params()}
+    t = loss.terms(p)
+    v = loss.residual_vector(p, [1.0, 3.0])
+    assert 0.5 * float((v * v).sum()) == pytest.approx(float(t[0]) + 3 * float(t[1]), rel=1e-12)
