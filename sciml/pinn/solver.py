@@ -258,8 +258,11 @@ def solve(problem, net, points=4096, stages=None, *, blas_threads=1, **kw):
             cast to it in place.
         log_every: print a progress line every this many steps (default: about 20 lines a stage).
         verbose: print progress lines.
-        resample: residual-adaptive resampling during first-order stages: None, ``'rad'``/
-            ``'rar'``, or a dict ``{'method': 'rad', 'every': 1000, 'candidates': 4}``.
+        resample: residual-adaptive resampling of the interior points every ``every`` steps
+            (in curvature stages at the end of an optimizer step, which restarts its history):
+            None, ``'rad'``/``'rar'``, or a dict ``{'method': 'rad', 'every': 1000,
+            'candidates': 4, 'k': 1, 'c': 1}`` (RAD: Wu et al. 2023) or ``{'method': 'rar',
+            'add': 0.1}`` (RAR: add the 10% worst candidates).
         method: sampler of the collocation points (``'lhs'``, ``'sobol'``, ``'uniform'``,
             ``'grid'``).
         blas_threads: BLAS threads while training (default 1: numpy's OpenBLAS threads and
@@ -352,6 +355,7 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
         tick, tick_step = time.perf_counter(), first
         k = first
         while k < steps and not stop:
+            k_prev = k
             if curv:
                 if _is_least_squares(opt):   # Levenberg–Marquardt / Gauss–Newton: residuals
                     chunk_fn = lambda p: loss.residual_vector(p, w_now())  # noqa: E731
@@ -378,9 +382,12 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
                 stop_stage = False
                 if weighting.adaptive:
                     weighting.update(k, lambda: _term_grad_norms(loss, params))
-                if resample and k % resample["every"] == 0 and k < steps:
-                    batch = _resample(problem, loss, params, batch, rng, resample, dtype, method)
-                    loss = _rebuild(loss, batch)
+            if resample and k < steps and (global_step // resample["every"]
+                                           > (global_step - (k - k_prev)) // resample["every"]):
+                batch = _resample(problem, loss, params, batch, rng, resample, dtype, method)
+                loss = _rebuild(loss, batch)
+                if curv:   # a new objective: restart the curvature history
+                    opt.bind(leaves_tree)
             if not math.isfinite(value):
                 raise FloatingPointError(f"solve: the loss became {value} at step {global_step} "
                                          f"({label}); lower the learning rate or check the problem.")

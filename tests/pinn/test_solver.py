@@ -92,6 +92,9 @@ def test_resampling_and_float32():
     r = solve(_poisson(), MLP([1, 8, 1], seed=0), points=32, stages=[(Adam(lr=1e-2), 4)],
               verbose=False, resample={"method": "rar", "every": 2, "add": 0.25})
     assert np.isfinite(r.rel_l2)
+    r = solve(_poisson(), MLP([1, 8, 1], seed=0), points=32, verbose=False,
+              stages=[(LBFGS(max_iter=5), 10)], resample={"method": "rad", "every": 5})
+    assert np.isfinite(r.rel_l2) and r.history["step"][-1] >= 10
 
 
 def test_progress_lines(capsys):
