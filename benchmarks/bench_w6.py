@@ -124,15 +124,18 @@ def main(argv=None):
             for m in ("L-BFGS-B", "Newton-CG"):
                 res.append(npp.scipy_w6_rosenbrock(m, repeat=a.repeat))
     print(peers.format_table(res, "W6: 100-D Rosenbrock, float64, to ||grad||_2 < 1e-6 (CPU)"))
-    peer_fev = [r["nfev"] for r in res if not r["name"].startswith("sciml") and r.get("converged")]
     torch_t = [r["median_s"] for r in res if r["name"].startswith("torch")]
+    family = {"lbfgs": ("torch/W6_rosenbrock100_lbfgs", "scipy/W6_rosenbrock100_L-BFGS-B"),
+              "newton_cg": ("scipy/W6_rosenbrock100_Newton-CG",)}
     for r in res:
         if r["name"].startswith("sciml"):
+            fam = "newton_cg" if "newton_cg" in r["name"] else "lbfgs"
+            pe = [(p["nfev"], p["name"]) for p in res if p["name"] in family[fam] and p.get("converged")]
             msg = f"{r['name']}: {r['nfev']} evaluations"
-            if peer_fev:
-                msg += f" (best peer {min(peer_fev)})"
+            if pe:
+                msg += f" (same-method peers: {', '.join(f'{n} {v}' for v, n in pe)})"
             if torch_t:
-                msg += f", {r['median_s'] * 1e3:.0f} ms = {r['median_s'] / torch_t[0]:.2f}x torch LBFGS"
+                msg += f"; {r['median_s'] * 1e3:.0f} ms = {r['median_s'] / torch_t[0]:.2f}x torch LBFGS"
             print(msg)
     return res
 
