@@ -102,7 +102,7 @@ def _run(prob, st, o, steps, callback, where):
             raise FloatingPointError(f"{where}: the gradient is not finite at step {it}; check the loss for "
                                      "overflow, or lower lr.")
         x, gnorm = x_new, gn
-        if callback is not None and callback(IterInfo(it, math.nan, gnorm, o["lr"], prob.nfev,
+        if callback is not None and callback(IterInfo(it, prob.last_value, gnorm, o["lr"], prob.nfev,
                                                       lambda x=x: prob.tree(x))):
             reason = "callback"
             break
@@ -121,7 +121,8 @@ def _sq(g, prob):
 
 class AdaHessian(CurvatureOptimizer):
     """AdaHessian as a stateful optimizer: ``step(loss_fn)`` performs ONE update (one HVP) of the
-    bound parameters and returns its :class:`Result`; moments carry over between steps.
+    bound parameters and returns its :class:`Result` (``loss`` and ``grad_norm`` are those BEFORE
+    the update, which the HVP gives for free); moments carry over between steps.
 
     Args:
         params: ``model.parameters()``, ``model.params()`` or None (bind later).
@@ -151,6 +152,7 @@ class AdaHessian(CurvatureOptimizer):
         if not math.isfinite(gn):
             raise FloatingPointError("AdaHessian.step: the gradient is not finite; check the loss for overflow, "
                                      "or lower lr.")
-        return Result(params=prob.tree(x_new), loss=math.nan, grad_norm=gn, iterations=1, nfev=prob.nfev,
+        return Result(params=prob.tree(x_new), loss=prob.last_value, grad_norm=gn, iterations=1, nfev=prob.nfev,
                       ngev=prob.ngev, nhvp=prob.nhvp, reason="max_iter",
-                      message="AdaHessian.step: one update (loss not re-evaluated).")
+                      message=f"AdaHessian.step: one update; loss {prob.last_value:.6g} and ||grad|| {gn:.3e} "
+                              "before it (not re-evaluated after).")

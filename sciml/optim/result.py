@@ -220,10 +220,13 @@ class Flat:
         return float(v), self.cat(list(gs))
 
     def hvp(self, buf, vbuf):
-        """(gradient, Hessian @ v) as flat buffers, by forward over reverse."""
-        from ..autodiff import hvp
+        """(gradient, Hessian @ v) as flat buffers, by forward over reverse (JVP of value_and_grad;
+        the loss value at ``buf`` comes free and is kept in ``last_value``)."""
+        from ..autodiff import transforms as T
         leaves = self.leaves(buf)
-        g, hv = hvp(self._f, tuple(leaves), tuple(self.leaves(vbuf)))
+        vg = T.value_and_grad(self._f, argnums=tuple(range(len(leaves))))
+        (fv, g), (_, hv) = T.jvp(lambda *a: vg(*a), tuple(leaves), tuple(self.leaves(vbuf)))
+        self.last_value = float(fv)
         self.nhvp += 1
         self.ngev += 1
         return self.cat(list(g)), self.cat(list(hv))
