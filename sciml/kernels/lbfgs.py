@@ -95,8 +95,9 @@ def _build_push(dtype, serial):
     return k
 
 
-def two_loop(g, S, Y, rho, alpha, d, order, used: int, gamma: float, n: int, dtype: str):
-    """d = -H g by the L-BFGS two-loop recursion.
+def two_loop(g, S, Y, rho, alpha, d, order, used: int, gamma: float, n: int, dtype: str, out=None):
+    """d = -H g by the L-BFGS two-loop recursion; then, if ``out`` is given, ``out`` as :func:`dots`
+    (g, d, d): out[0] = g.d, out[3] = max |d| (fused into the same launch on CPU).
 
     ``S``, ``Y``: (m, n) history buffers (row-major, flat); ``rho``: ``acc_dtype`` (m,) with 1/(s.y);
     ``order``: int32 (m,) slot indices, oldest first, of which the first ``used`` are valid;
@@ -104,7 +105,8 @@ def two_loop(g, S, Y, rho, alpha, d, order, used: int, gamma: float, n: int, dty
     """
     if backend.on_host():
         k = C.cached(("opt_twoloop", dtype), lambda: _build_two_loop_serial(dtype))
-        k(g, S, Y, rho, alpha, d, order, used, float(gamma), n)
+        k(g, S, Y, rho, alpha, d, order, used, float(gamma), n, alpha if out is None else out,
+          0 if out is None else 1)
         return
     ks = {name: C.cached(("opt_twoloop_dev", name, dtype), lambda name=name: _build_two_loop_device(dtype)[name])
           for name in ("neg", "scale", "dot", "axpy1", "axpy2")}
@@ -116,6 +118,8 @@ def two_loop(g, S, Y, rho, alpha, d, order, used: int, gamma: float, n: int, dty
     for j in range(used):
         ks["dot"](Y, d, rho, alpha, order, j + 1000000, n)  # beta_j = rho_j y_j.r, kept in alpha[m + slot]
         ks["axpy2"](S, d, alpha, order, j, n)          # r += s_j (alpha_j - beta_j)
+    if out is not None:
+        dots(g, d, d, out, n, dtype)
 
 
 def _build_two_loop_serial(dtype):
@@ -124,7 +128,8 @@ def _build_two_loop_serial(dtype):
     FT = backend.ti_dtype(acc_dtype(dtype))
 
     @ti.kernel
-    def k(g: A, S: A, Y: A, rho: F, alpha: F, d: A, order: I, used: ti.i32, gamma: FT, n: ti.i32):
+    def k(g: A, S: A, Y: A, rho: F, alpha: F, d: A, order: I, used: ti.i32, gamma: FT, n: ti.i32, out: F,
+          want: ti.i32):
         ti.loop_config(serialize=True)
         for _ in range(1):
             for i in range(n):
@@ -150,6 +155,17 @@ def _build_two_loop_serial(dtype):
                 c = ti.cast(alpha[r] - b, T)
                 for i in range(n):
                     d[i] += c * S[r * n + i]
+            if want:
+                for j in range(5):
+                    out[j] = ti.cast(0.0, FT)
+                for i in range(n):
+                    di = ti.cast(d[i], FT)
+                    gi = ti.cast(g[i], FT)
+                    out[0] += gi * di
+                    out[1] += gi * di
+                    out[2] += di * di
+                    out[3] = ti.max(out[3], ti.abs(di))
+                    out[4] += ti.abs(di)
     return k
 
 

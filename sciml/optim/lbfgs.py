@@ -138,11 +138,15 @@ class _History:
     def first_step(self, gnorm, lr, f, f_prev, gtd):
         return lr if self.slots else min(1.0, 1.0 / gnorm) * lr
 
-    def direction(self, prob, x, g, d):
+    def direction(self, prob, x, g, d, V=None):
+        """Fill d = -H g; with ``V``, return (g.d, max |d|) computed in the same launch."""
         m = self.m
         order = np.array(self.slots + [0] * (m - len(self.slots)), np.int32)
         K.two_loop(g, self.S, self.Y, _host_buf(self.rho, self.acc), self.alpha, d, _host_buf(order, "int32"),
-                   len(self.slots), self.gamma, self.n, self.dt)
+                   len(self.slots), self.gamma, self.n, self.dt, None if V is None else V.out)
+        if V is not None:
+            st = V.read()
+            return st[0], st[3]
 
     def push(self, V, x_new, x, g_new, g):
         """Store s = x_new - x, y = g_new - g if s.y > 0 (curvature); returns max |s|."""
@@ -192,8 +196,11 @@ def _run(prob, o, callback, hist, make=None):
             break
         d = backend.empty(n, dt)
         if hist.ready():
-            hist.direction(prob, x, g, d)
-            gtd, _, _, d_inf = V.dots(g, d, d)
+            if isinstance(hist, _History):
+                gtd, d_inf = hist.direction(prob, x, g, d, V)
+            else:
+                hist.direction(prob, x, g, d)
+                gtd, _, _, d_inf = V.dots(g, d, d)
             t = hist.first_step(gnorm, o["lr"], f, f_prev, gtd)
         if not hist.ready() or not gtd < 0:          # first step, or not a descent direction: -g
             hist.reset()
