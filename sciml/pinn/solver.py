@@ -262,7 +262,8 @@ def solve(problem, net, points=4096, stages=None, *, blas_threads=1, **kw):
             (in curvature stages at the end of an optimizer step, which restarts its history):
             None, ``'rad'``/``'rar'``, or a dict ``{'method': 'rad', 'every': 1000,
             'candidates': 4, 'k': 1, 'c': 1}`` (RAD: Wu et al. 2023) or ``{'method': 'rar',
-            'add': 0.1}`` (RAR: add the 10% worst candidates).
+            'add': 0.1}`` (RAR: add the 10% worst candidates); ``'until': step`` stops
+            resampling after that (global) step, so the last stage converges on fixed points.
         method: sampler of the collocation points (``'lhs'``, ``'sobol'``, ``'uniform'``,
             ``'grid'``).
         blas_threads: BLAS threads while training (default 1: numpy's OpenBLAS threads and
@@ -382,7 +383,8 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
                 stop_stage = False
                 if weighting.adaptive:
                     weighting.update(k, lambda: _term_grad_norms(loss, params))
-            if resample and k < steps and (global_step // resample["every"]
+            if resample and k < steps and global_step <= (resample["until"] or global_step) \
+                    and (global_step // resample["every"]
                                            > (global_step - (k - k_prev)) // resample["every"]):
                 batch = _resample(problem, loss, params, batch, rng, resample, dtype, method)
                 loss = _rebuild(loss, batch)
@@ -479,7 +481,8 @@ def _resample_options(resample):
     if not isinstance(resample, dict):
         raise TypeError(f"solve(resample=...): expected None, 'rad', 'rar' or a dict, got "
                         f"{type(resample).__name__}.")
-    opts = {"method": "rad", "every": 1000, "candidates": 4, "k": 1.0, "c": 1.0, "add": 0.1}
+    opts = {"method": "rad", "every": 1000, "candidates": 4, "k": 1.0, "c": 1.0, "add": 0.1,
+            "until": None}
     bad = set(resample) - set(opts)
     if bad:
         raise ValueError(f"solve(resample=...): unknown option(s) {sorted(bad)}; expected "
