@@ -142,7 +142,9 @@ def launch(args):
     for n in args.ranks:
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "out.json")
-            cmd = [mpirun, "-np", str(n), *args.mpi_args.split(), sys.executable, os.path.abspath(__file__),
+            # one rank gets the whole machine (mpirun would bind it to one core)
+            bind = ["--bind-to", "none"] if n == 1 and "--bind-to" not in args.mpi_args else []
+            cmd = [mpirun, "-np", str(n), *bind, *args.mpi_args.split(), sys.executable, os.path.abspath(__file__),
                    "--worker", "--json", path, "--repeat", str(args.repeat), "--warmup", str(args.warmup)]
             if args.only:
                 cmd += ["--only", args.only]
