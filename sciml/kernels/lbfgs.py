@@ -53,6 +53,7 @@ def _build_dots(dtype, serial):
 
     @ti.kernel
     def k(a: A, b: A, c: A, out: F, n: ti.i32):
+        ti.loop_config(serialize=serial)
         for j in range(5):
             out[j] = 0.0
         ti.loop_config(serialize=serial)
@@ -79,6 +80,7 @@ def _build_push(dtype, serial):
 
     @ti.kernel
     def k(x_new: A, x: A, g_new: A, g: A, S: A, Y: A, slot: ti.i32, out: F, n: ti.i32):
+        ti.loop_config(serialize=serial)
         for j in range(4):
             out[j] = 0.0
         ti.loop_config(serialize=serial)
@@ -275,6 +277,7 @@ def _build_cg(dtype, serial):
 
     @ti.kernel
     def k(p: A, r: A, d: A, Hd: A, alpha: FT, out: F, n: ti.i32):
+        ti.loop_config(serialize=serial)
         for j in range(4):
             out[j] = ti.cast(0.0, FT)
         ti.loop_config(serialize=serial)
