@@ -70,6 +70,14 @@ class Buffer(Parameter):
         return "Buffer" + Tensor.__repr__(self)[len("Tensor"):]
 
 
+class ParameterList(list):
+    """A list of Parameters that also carries their dotted names (``names``)."""
+
+    def __init__(self, params=(), names=None):
+        super().__init__(params)
+        self.names = list(names) if names is not None else None
+
+
 def _walk(obj, prefix, out_params, out_buffers, out_modules, seen):
     """Collect (name, obj) of Parameters, Buffers and Modules found in containers."""
     if isinstance(obj, Buffer):
@@ -139,8 +147,12 @@ class Module:
         return out
 
     def parameters(self):
-        """The trainable Parameters, in ``named_parameters`` order (pass them to an optimizer)."""
-        return [p for _, p in self.named_parameters()]
+        """The trainable Parameters, in ``named_parameters`` order (pass them to an optimizer).
+
+        The list remembers the dotted names (``.names``), so an optimizer bound to it also accepts
+        gradients shaped like ``params()`` (the nested dict from ``grad(...)(model.params())``)."""
+        named = self.named_parameters()
+        return ParameterList([p for _, p in named], [n for n, _ in named])
 
     def named_buffers(self):
         return self._collect()[1]

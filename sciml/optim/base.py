@@ -92,6 +92,16 @@ def global_norm(tensors) -> float:
     return math.sqrt(total)
 
 
+def _lookup(tree, dotted, name):
+    node = tree
+    for k in dotted.split("."):
+        if not isinstance(node, dict) or k not in node:
+            raise ValueError(f"{name}.step(grads): grads (a dict) has no entry {dotted!r}; expected a pytree shaped "
+                             "like model.params() or like the bound parameter list.")
+        node = node[k]
+    return node
+
+
 class Optimizer:
     """Stateful shell: binds a pytree of Parameters and updates them in place on ``step(grads)``.
 
@@ -106,6 +116,7 @@ class Optimizer:
         self._transform = transform
         self._leaves = None
         self._treedef = None
+        self._names = None
         self.step_count = 0
         self.state = None
         if params is not None:
@@ -120,9 +131,9 @@ class Optimizer:
                              "model.params().")
         if hasattr(params, "parameters") and callable(params.parameters) and not isinstance(params, (list, dict)):
             params = params.parameters()
-        if isinstance(params, (list, tuple)):
+        if isinstance(params, tuple) or type(params) is list:
             params = list(params)
-        leaves, treedef = flatten(params)
+        leaves, treedef = flatten(list(params) if isinstance(params, list) else params)
         if not leaves:
             raise ValueError(f"{type(self).__name__}: got an empty parameter list.")
         for i, p in enumerate(leaves):
@@ -131,6 +142,7 @@ class Optimizer:
                                 "sciml.models.Parameter (updated in place). Pass model.parameters() / "
                                 "model.params(), or wrap tensors with sciml.models.Parameter(t).")
         self._leaves, self._treedef, self._params = leaves, treedef, params
+        self._names = getattr(params, "names", None) if isinstance(params, list) else None
         self.step_count = 0
         self._init_state()
         return self
@@ -166,6 +178,8 @@ class Optimizer:
             return out
         if isinstance(grads, tuple) and isinstance(self._params, list):
             grads = list(grads)
+        if isinstance(grads, dict) and self._names is not None:
+            grads = [_lookup(grads, n, name) for n in self._names]   # params()-shaped grads, list-bound optimizer
         leaves, td = flatten(grads)
         if td != self._treedef:
             raise ValueError(f"{name}.step(grads): grads has {len(leaves)} leaves in a "

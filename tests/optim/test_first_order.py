@@ -286,3 +286,16 @@ def test_large_parameter_parallel_kernel_path(cls, kind):
     else:
         want = p0 - 0.01 * g - 0.01 * (0.9 * g + g)
     np.testing.assert_allclose(p.numpy(), want, rtol=1e-9, atol=1e-12)
+
+
+def test_list_bound_optimizer_accepts_params_shaped_grads():
+    net, net2 = MLP([2, 3, 1], seed=0), MLP([2, 3, 1], seed=0)
+    x = sm.ones((4, 2))
+    f = lambda n: (lambda p: (n.apply(p, x) ** 2).sum())
+    o1, o2 = Adam(net.parameters(), lr=0.1), Adam(net2.params(), lr=0.1)
+    o1.step(sm.grad(f(net))(net.params()))          # dict grads, list-bound optimizer
+    o2.step(sm.grad(f(net2))(net2.params()))
+    for a, b in zip(net.parameters(), net2.parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    with pytest.raises(ValueError, match="has no entry 'layers.1.weight'"):
+        o1.step({"layers": {"0": {"weight": sm.zeros((2, 3)), "bias": sm.zeros((3,))}}})
