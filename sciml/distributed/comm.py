@@ -1,13 +1,15 @@
 """The process group: MPI (mpi4py over OpenMPI) when launched by ``mpirun``, else one process.
 
-Every collective here is non-blocking MPI (``Iallreduce``, ``Ibcast``, ``Ibarrier``) polled
-against a deadline, so a rank that died or stopped taking part makes the others fail with a
-message that says so (then ``MPI_Abort`` ends the whole job) instead of hanging forever.
+Every collective here runs against a deadline, so a rank that died or stopped taking part makes
+the others fail with a message that says so (then ``MPI_Abort`` ends the whole job) instead of
+hanging forever: blocking MPI calls watched by a daemon thread (default), or non-blocking calls
+(``Iallreduce``, ``Ibcast``, ``Ibarrier``) polled by the caller with ``on_timeout="raise"``.
 """
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import traceback
 
@@ -200,30 +202,83 @@ def abort(code: int = 1):
     os._exit(code)  # pragma: no cover - Abort does not return
 
 
+class _Watchdog:
+    """A daemon thread that ends the job when a blocking collective outlives the deadline.
+
+    Blocking MPI collectives are much faster than polling non-blocking ones for large buffers
+    (measured here, 2 ranks, 670k float32: Allreduce 0.4 ms; Iallreduce + Test loop 6-8 ms: OpenMPI's
+    non-blocking algorithm progresses only when polled), and mpi4py releases the GIL while blocked,
+    so a watchdog thread can see that a call is overdue, print the message and abort.
+    """
+
+    def __init__(self):
+        self.current = None  # (what, deadline) while a collective runs, else None
+        self.thread = None
+
+    def run(self, what, fn):
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._loop, name="sciml-distributed-watchdog", daemon=True)
+            self.thread.start()
+        self.current = (what, time.monotonic() + _G.timeout)
+        try:
+            return fn()
+        finally:
+            self.current = None
+
+    def _loop(self):
+        while True:
+            cur = self.current
+            now = time.monotonic()
+            if cur is not None and now > cur[1]:
+                _timed_out(cur[0])
+            time.sleep(min(0.25, max(0.01, _G.timeout / 20)))
+
+
+_WATCHDOG = _Watchdog()
+
+
+def _timed_out(what):
+    msg = TIMEOUT_MSG.format(what=what, rank=_G.rank, size=_G.size, timeout=_G.timeout)
+    if _G.on_timeout == "raise":
+        raise DistributedTimeoutError(msg)
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+    try:
+        if threading.current_thread() is threading.main_thread() or \
+                _G.MPI.Query_thread() == _G.MPI.THREAD_MULTIPLE:
+            abort(3)
+    finally:
+        os._exit(3)  # mpirun sees the non-zero exit and ends the other ranks
+
+
 def wait(req, what: str):
-    """Poll a non-blocking MPI request until it completes or the deadline passes."""
+    """Poll a non-blocking MPI request until it completes or the deadline passes (``on_timeout='raise'``)."""
     if req.Test():
         return
     deadline = time.monotonic() + _G.timeout
     spins, pause = 0, 2e-5
     while not req.Test():
         spins += 1
-        if spins > 200:  # after a short busy phase, back off to at most 1 ms between polls
+        if spins > 1000:  # after a busy phase, back off to at most 1 ms between polls
             time.sleep(pause)
             pause = min(pause * 1.5, 1e-3)
             if time.monotonic() > deadline:
-                msg = TIMEOUT_MSG.format(what=what, rank=_G.rank, size=_G.size, timeout=_G.timeout)
-                if _G.on_timeout == "raise":
-                    raise DistributedTimeoutError(msg)
-                sys.stderr.write(msg + "\n")
-                abort(3)
+                _timed_out(what)
+
+
+def _collective(what, blocking, nonblocking):
+    """Run a collective with the deadline: blocking + watchdog (default), or polled (``on_timeout='raise'``)."""
+    if _G.on_timeout == "raise":
+        wait(nonblocking(), what)
+    else:
+        _WATCHDOG.run(what, blocking)
 
 
 def barrier():
     """Wait until every rank gets here (with the collective timeout)."""
     g = _ensure()
     if g.size > 1:
-        wait(g.comm.Ibarrier(), "barrier()")
+        _collective("barrier()", g.comm.Barrier, g.comm.Ibarrier)
 
 
 def allreduce_buffer(buf: np.ndarray, op: str = "sum", what: str = "all_reduce") -> np.ndarray:
@@ -231,7 +286,8 @@ def allreduce_buffer(buf: np.ndarray, op: str = "sum", what: str = "all_reduce")
     g = _ensure()
     if g.size > 1 and buf.size:
         mpi_op = {"sum": g.MPI.SUM, "max": g.MPI.MAX, "min": g.MPI.MIN}[op]
-        wait(g.comm.Iallreduce(g.MPI.IN_PLACE, buf, op=mpi_op), what)
+        _collective(what, lambda: g.comm.Allreduce(g.MPI.IN_PLACE, buf, op=mpi_op),
+                    lambda: g.comm.Iallreduce(g.MPI.IN_PLACE, buf, op=mpi_op))
     return buf
 
 
@@ -239,7 +295,7 @@ def bcast_buffer(buf: np.ndarray, root: int = 0, what: str = "broadcast") -> np.
     """Copy rank ``root``'s contiguous numpy buffer into ``buf`` on every rank, in place; returns it."""
     g = _ensure()
     if g.size > 1 and buf.size:
-        wait(g.comm.Ibcast(buf, root=root), what)
+        _collective(what, lambda: g.comm.Bcast(buf, root=root), lambda: g.comm.Ibcast(buf, root=root))
     return buf
 
 

@@ -8,7 +8,8 @@ mean on unequal shards, gradient descent and an HVP through ``wrap_loss``, and L
 sciml.optim.LBFGS exists); rank 0 writes the resulting parameters to OUT.npz. The same functions run
 in the pytest process on one rank over the whole global batch to give the reference.
 
-``die``: rank 1 leaves after the first collective; rank 0 must stop with the timeout message.
+``die``: rank 1 leaves after the first collective; rank 0 must get the timeout error (polled path,
+``on_timeout="raise"``), then be stopped with the timeout message (default watchdog path).
 """
 import os
 import sys
@@ -231,8 +232,17 @@ def main(argv):
         dist.all_reduce(sm.tensor([1.0]))
         if dist.rank() == 1:
             return 0  # leaves early (normal exit): rank 0 must not hang in the next collective
-        dist.all_reduce(sm.tensor([1.0]))
+        dist.init(on_timeout="raise")  # first the polled path: an exception on this rank
+        try:
+            dist.all_reduce(sm.tensor([1.0]))
+            msg = "no exception"
+        except dist.DistributedTimeoutError as e:
+            msg = "raised: " + str(e)
         with open(path, "w") as f:
+            f.write(msg + "\n")
+        dist.init(on_timeout="abort")  # then the default: blocking call + watchdog, which aborts the job
+        dist.all_reduce(sm.tensor([1.0]))
+        with open(path, "a") as f:
             f.write("rank 0 was not stopped\n")
     else:
         raise SystemExit(f"mpi_job.py: unknown scenario {scenario!r}; expected 'train' or 'die'.")
