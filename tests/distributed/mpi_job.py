@@ -229,10 +229,10 @@ def main(argv):
         if dist.is_main():
             np.savez(path, **out)
     elif scenario == "die":
-        dist.all_reduce(sm.tensor([1.0]))
+        dist.all_reduce(sm.tensor([1.0]))  # both ranks are up (with the generous start-up timeout)
         if dist.rank() == 1:
             return 0  # leaves early (normal exit): rank 0 must not hang in the next collective
-        dist.init(on_timeout="raise")  # first the polled path: an exception on this rank
+        dist.init(timeout=3.0, on_timeout="raise")  # first the polled path: an exception on this rank
         try:
             dist.all_reduce(sm.tensor([1.0]))
             msg = "no exception"
