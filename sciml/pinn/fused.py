@@ -22,6 +22,7 @@ solver whether this path applies.
 from __future__ import annotations
 
 import math
+import os
 import weakref
 
 import numpy as np
@@ -57,7 +58,84 @@ def supports(activation, derivs) -> bool:
 
 # --- helpers ------------------------------------------------------------------------------
 def _gemm(a, b, out, m, n, k, ta=False, tb=False, dtype="float64", batch=1):
-    LK.matmul(a, b, out, batch, m, n, k, ta, tb, dtype, _linalg_ops._blas["enabled"])
+    """out = op(a) @ op(b). On CPU with BLAS, a large GEMM is split in two halves run on two
+    threads, each a single-threaded BLAS call (see ``_Threads``)."""
+    blas = _linalg_ops._blas["enabled"]
+    if _THREADS.active and batch == 1 and (blas is None or blas):
+        if not ta and m >= SPLIT_MIN:
+            h = m // 2
+            fut = _THREADS.submit(LK.matmul, a[h * k:m * k], b, out[h * n:m * n], 1, m - h, n, k, False, tb, dtype,
+                                  True)
+            LK.matmul(a[:h * k], b, out[:h * n], 1, h, n, k, False, tb, dtype, True)
+            fut.result()
+            return
+        if ta and not tb and k >= SPLIT_MIN:
+            h = k // 2
+            tmp = np.empty(m * n, out.dtype)
+            fut = _THREADS.submit(LK.matmul, a[h * m:k * m], b[h * n:k * n], tmp, 1, m, n, k - h, True, False, dtype,
+                                  True)
+            LK.matmul(a[:h * m], b[:h * n], out, 1, m, n, h, True, False, dtype, True)
+            fut.result()
+            out[:m * n] += tmp
+            return
+    LK.matmul(a, b, out, batch, m, n, k, ta, tb, dtype, blas)
+
+
+SPLIT_MIN = 8192   # rows (or reduction length) above which a CPU GEMM is split over two threads
+
+
+class _Threads:
+    """CPU GEMM threading for the fused path.
+
+    OpenBLAS's own worker threads spin while waiting, and fight Taichi's thread pool (and any
+    other load) for the cores: measured here on a busy 2-core VM, the 17 GEMMs of one W2 step
+    took 0.8-1.5 s with OpenBLAS's threads vs 31 ms single-threaded. Inside the fused
+    primitives BLAS is set to one thread (threadpoolctl, ~1 us) and each large GEMM is split
+    in two halves on two Python threads (numpy releases the GIL), which block instead of
+    spinning. Without threadpoolctl, or with one core, GEMMs run as sciml's matmul does.
+    """
+
+    def __init__(self):
+        self.lib = None
+        self.pool = None
+        self.active = False
+        self.enabled = True
+        self._checked = False
+
+    def _check(self):
+        self._checked = True
+        if not backend.on_host() or (os.cpu_count() or 1) < 2:
+            return
+        try:
+            from threadpoolctl import ThreadpoolController
+            libs = ThreadpoolController().select(user_api="blas").lib_controllers
+        except Exception:  # pragma: no cover - threadpoolctl missing or unusable
+            return
+        if libs:
+            import concurrent.futures
+            self.lib = libs[0]
+            self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sciml-gemm")
+
+    def submit(self, *a):
+        return self.pool.submit(*a)
+
+    def __enter__(self):
+        if not self._checked:
+            self._check()
+        self._prev = None
+        if self.enabled and self.lib is not None and not self.active:
+            self._prev = self.lib.get_num_threads()
+            self.lib.set_num_threads(1)
+            self.active = True
+        return self
+
+    def __exit__(self, *exc):
+        if self._prev is not None:
+            self.lib.set_num_threads(self._prev)
+            self.active = False
+
+
+_THREADS = _Threads()
 
 
 def _ones(count, dtype):
@@ -108,6 +186,11 @@ def _layers_of(params):
 
 # --- the forward primitive ----------------------------------------------------------------
 def _forward(x, *params, act, coords, pairs):
+    with _THREADS:
+        return _forward_impl(x, *params, act=act, coords=coords, pairs=pairs)
+
+
+def _forward_impl(x, *params, act, coords, pairs):
     stats["calls"] += 1
     dtype = x.dtype
     n, d = x.shape
@@ -167,11 +250,16 @@ def _fused_jvp(ts, x, *params, out, act, coords, pairs):
 # --- the adjoint primitive ----------------------------------------------------------------
 def _adjoint_forward(g, fout, x, *params, act, coords, pairs, want_x):
     """Cotangents [dx (if want_x), dW1, db1, ..., dWL, dbL] flattened into one buffer."""
+    with _THREADS:
+        return _adjoint_impl(g, fout, x, *params, act=act, coords=coords, pairs=pairs, want_x=want_x)
+
+
+def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x):
     stats["adjoint_calls"] += 1
     dtype = x.dtype
     saved = _SAVED.get(id(fout._buf))
     if saved is None:  # not produced by _forward in this process: recompute the residuals
-        buf, _, _ = _forward(x, *params, act=act, coords=coords, pairs=pairs)
+        buf, _, _ = _forward_impl(x, *params, act=act, coords=coords, pairs=pairs)
         saved = _SAVED[id(buf)]
     Zs, Hs = saved
     n, d = x.shape

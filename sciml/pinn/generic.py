@@ -191,7 +191,13 @@ def activation_name(activation):
     for name in ("tanh", "sin", "softplus", "gelu"):
         if activation is getattr(O, name, None):
             return name
+    cls = type(activation)   # the module forms sciml.models.Tanh() etc. (parameter-free)
+    if cls.__module__.startswith("sciml.models") and cls.__name__ in _MODULE_NAMES:
+        return _MODULE_NAMES[cls.__name__]
     return None
+
+
+_MODULE_NAMES = {"Tanh": "tanh", "Sin": "sin", "Softplus": "softplus", "GELU": "gelu"}
 
 
 def taylor_streams(layers, activation, x, coords, pairs):

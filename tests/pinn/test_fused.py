@@ -66,6 +66,25 @@ def test_fused_equals_generic_values_and_gradients(act):
             np.testing.assert_allclose(u.numpy(), v.numpy(), rtol=1e-10, atol=1e-10, err_msg=str((sizes, i)))
 
 
+def test_large_batch_split_gemms_match_generic():
+    # >= SPLIT_MIN stacked rows: the CPU GEMMs run split over two threads
+    rng = np.random.default_rng(12)
+    layers = _net([2, 8, 8, 1], seed=13)
+    x = sm.tensor(rng.uniform(-1, 1, (2100, 2)))
+    derivs = [(), (0,), (1,), (0, 0)]
+    cot = {k: sm.tensor(rng.standard_normal((2100, 1))) for k in derivs}
+
+    def loss(path, *ps):
+        r = path.mlp_derivatives(_pairs(ps), sm.tanh, x, derivs)
+        return sum(((r[k] * cot[k]).sum() for k in derivs), sm.tensor(0.0))
+    ps = _flat(layers)
+    nums = tuple(range(len(ps)))
+    ga = sm.grad(lambda *p: loss(fused, *p), argnums=nums)(*ps)
+    gb = sm.grad(lambda *p: loss(generic, *p), argnums=nums)(*ps)
+    for u, v in zip(ga, gb):
+        np.testing.assert_allclose(u.numpy(), v.numpy(), rtol=1e-10, atol=1e-9)
+
+
 def test_closed_form_one_hidden_layer():
     # u(x) = sum_k a_k s(w_k . x + c_k) + e: u_i = sum a_k s' w_ki, u_ij = sum a_k s'' w_ki w_kj
     rng = np.random.default_rng(3)
@@ -136,6 +155,8 @@ def test_supports_and_layer_objects():
     assert not fused.supports(sm.relu, [()])
     assert not fused.supports(sm.tanh, [(0, 0, 0)])
     assert not fused.supports(lambda z: sm.tanh(z), [()])
+    from sciml.models.activations import ReLU, Tanh
+    assert fused.supports(Tanh(), [(0, 0)]) and not fused.supports(ReLU(), [()])
 
     class Lin:
         def __init__(self, W, b):
