@@ -7,7 +7,8 @@ graph once, one backward pass per row), damped until positive definite: solve
 (n, n) solve uses numpy.linalg (LAPACK); the Hessian itself is computed by sciml kernels.
 A quadratic with a positive definite Hessian is solved in one iteration.
 
-``newton_cg``: truncated conjugate gradient on Hessian-vector products (forward over reverse),
+``newton_cg``: truncated conjugate gradient on Hessian-vector products (the gradient graph at x is
+recorded once per Newton step; each product is one backward pass through it),
 stopped at the forcing tolerance ``||r||_1 <= min(0.5, sqrt(||g||_1)) ||g||_1`` (as SciPy; or
 ``||r||_2 <= cg_tol`` if given)
 or at negative curvature (Nocedal & Wright, Alg. 7.1); then a strong-Wolfe line search from t = 1.
@@ -67,8 +68,9 @@ class _NewtonCG:
         q = backend.empty(n, dt)
         K.axpy(r, 0.0, r, q, n, dt)                        # search direction q = r
         rr = gg
+        hvp = prob.hvp_operator(x)
         for j in range(self.cg_max):
-            _, Hq = prob.hvp(x, q)
+            Hq = hvp(q)
             self.cg_iters += 1
             qHq, _, qq, _, _ = self._dots(q, Hq)
             if 0 <= qHq <= 3 * np.finfo(np.float64).eps:  # zero curvature: keep p

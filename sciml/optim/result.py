@@ -231,6 +231,23 @@ class Flat:
         self.ngev += 1
         return self.cat(list(g)), self.cat(list(hv))
 
+    def hvp_operator(self, buf):
+        """``v -> H v`` at ``buf`` (flat buffers) for many ``v``: the gradient graph is recorded once and
+        each product is one backward pass through it (reverse over reverse; H is symmetric), cheaper
+        than a fresh forward-over-reverse pass per product."""
+        from ..autodiff import transforms as T
+        leaves = self.leaves(buf)
+        k = len(leaves)
+        g = T.grad(self._f, argnums=tuple(range(k)))
+        _, pull = T.vjp(lambda *a: tuple(g(*a)), *leaves)
+        self.ngev += 1
+
+        def op(vbuf):
+            hv = pull(tuple(self.leaves(vbuf)), create_graph=False)
+            self.nhvp += 1
+            return self.cat([h.detach() for h in hv])
+        return op
+
     def check_start(self, f):
         if not math.isfinite(f):
             raise FloatingPointError(NONFINITE_START.format(where=self.where, value=f))

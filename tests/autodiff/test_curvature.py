@@ -48,6 +48,14 @@ def _unflat_t(x):
     return {"a": x[0:3], "b": x[3:6], "c": x[6:7]}
 
 
+def test_hvp_operator_matches_hvp():
+    p = _params()
+    op = CV.hvp_operator(_f, p)
+    for seed in (1, 2):
+        v = _params(seed)
+        np.testing.assert_allclose(_flat(op(v)), _flat(CV.hvp(_f, p, v)), rtol=1e-12, atol=1e-13)
+
+
 def test_grad_and_hvp_returns_gradient():
     p, v = _params(), _params(2)
     g, hv = CV.grad_and_hvp(_f, p, v)
