@@ -62,17 +62,24 @@ class Setup:
             **kw):
         from .solver import solve
         net = self.net(sizes, seed)
-        kw.setdefault("resample", self.resample)
+        res = kw.pop("resample", self.resample)
+        if isinstance(res, dict) and "tail" in res:   # no resampling in the last `tail` steps
+            res = dict(res)
+            total = sum(n for _, n in self.stages(steps, optimizer))
+            res["until"] = max(0, total - res.pop("tail"))
+        kw["resample"] = res
         kw.setdefault("weights", self.weights)
         return solve(self.problem, net, points=points or self.points,
                      stages=self.stages(steps, optimizer), seed=seed, dtype=dtype, **kw)
 
 
-def burgers(nu=0.01 / np.pi, hard=True, interior=2048):
+def burgers(nu=0.01 / np.pi, hard=True, interior=4096):
     """u_t + u u_x = nu u_xx on [-1, 1] x [0, 1], u(x, 0) = -sin(pi x), u(+-1, t) = 0.
 
     With ``hard=True`` (default) the initial and boundary conditions are built into the
-    output, u = -sin(pi x) + t (1 - x^2) N(x, t), so only the PDE residual is trained.
+    output, u = -sin(pi x) + t (1 - x^2) N(x, t), so only the PDE residual is trained; the
+    interior points are redrawn by RAD every 500 steps (into the shock) except in the last
+    2000.
     """
     def residual(u, x, t):
         return d(u, t) + u * d(u, x) - nu * d(u, x, x)
@@ -81,7 +88,8 @@ def burgers(nu=0.01 / np.pi, hard=True, interior=2048):
                              Initial(lambda x: -np.sin(np.pi * x), hard=hard)],
                  reference=R.burgers_cole_hopf(nu), name="burgers")
     return Setup(pb, [2, 32, 32, 32, 32, 1], "tanh",
-                 {"interior": interior, "boundary": 128, "initial": 128}, (1000, 3000))
+                 {"interior": interior, "boundary": 128, "initial": 128}, (1000, 6000),
+                 resample={"method": "rad", "every": 500, "tail": 2000})
 
 
 def poisson(k=1):

@@ -383,7 +383,7 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
                 stop_stage = False
                 if weighting.adaptive:
                     weighting.update(k, lambda: _term_grad_norms(loss, params))
-            if resample and k < steps and global_step <= (resample["until"] or global_step) \
+            if resample and k < steps and (resample["until"] is None or global_step <= resample["until"]) \
                     and (global_step // resample["every"]
                                            > (global_step - (k - k_prev)) // resample["every"]):
                 batch = _resample(problem, loss, params, batch, rng, resample, dtype, method)
