@@ -4,7 +4,7 @@ cross-entropy, batch 256, float32); (b) the full Hessian of a 1-16-16-1 tanh MLP
 same process, seeded inputs from ``benchmarks/peers/common.py``.
 
 sciml: (a) ``sciml.autodiff.curvature.hvp`` (forward over reverse: JVP rules through the
-backward pass); (b) ``sciml.autodiff.curvature.hessian_dense`` (forward + gradient graph once,
+backward pass) and ``hvp_operator`` (reverse over reverse, graph recording included); (b) ``sciml.autodiff.curvature.hessian_dense`` (forward + gradient graph once,
 then one backward pass of the gradient graph per row), and ``sciml.hessian`` (jacfwd of jacrev)
 for comparison.
 
@@ -59,8 +59,17 @@ def w4a(repeat):
         return [h.numpy() for h in hv[-1:]]  # block on the result
     hv = np.concatenate([h.numpy().ravel() for h in CV.hvp(loss, ps, v)])
     s = peers.timeit_samples(run, 2, repeat)
-    return peers.make_result("sciml/W4a_hvp_fwd_over_rev", s, hv_norm=float(np.linalg.norm(hv.astype(np.float64))),
-                             dtype="float32")
+    out = [peers.make_result("sciml/W4a_hvp_fwd_over_rev", s, hv_norm=float(np.linalg.norm(hv.astype(np.float64))),
+                             dtype="float32")]
+
+    def run_rr():
+        hv = CV.hvp_operator(loss, ps)(v)
+        return [h.numpy() for h in hv[-1:]]
+    hv2 = np.concatenate([h.numpy().ravel() for h in CV.hvp_operator(loss, ps)(v)])
+    s = peers.timeit_samples(run_rr, 2, repeat)
+    out.append(peers.make_result("sciml/W4a_hvp_rev_over_rev", s,
+                                 hv_norm=float(np.linalg.norm(hv2.astype(np.float64))), dtype="float32"))
+    return out
 
 
 def w4b(repeat):
@@ -101,7 +110,7 @@ def main(argv=None):
     tp = None if a.no_peers else peers.load_peer("torch")
     jp = None if a.no_peers else peers.load_peer("jax")
     if a.only in (None, "W4a"):
-        res.append(w4a(a.repeat))
+        res += w4a(a.repeat)
         if tp is not None:
             res += tp.torch_w4a_hvp(repeat=a.repeat)
         if jp is not None:
