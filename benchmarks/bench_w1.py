@@ -23,7 +23,7 @@ from benchmarks import peers  # noqa: E402
 from benchmarks.peers import common as C  # noqa: E402
 
 
-def sciml_w1_step(seed=0, warmup=5, repeat=30):
+def sciml_w1_step(seed=0, warmup=5, repeat=30, breakdown=False):
     from sciml.models import MLP, cross_entropy
     from sciml.optim import Adam
     d = C.w1_inputs(seed)
@@ -43,16 +43,43 @@ def sciml_w1_step(seed=0, warmup=5, repeat=30):
     samples = peers.timeit_samples(step, warmup=warmup, repeat=repeat)
     r = peers.make_result("sciml/W1_mlp_step", samples, loss0=loss0, dtype="float32")
     r["samples_per_s"] = C.W1_BATCH / r["median_s"]
-    return r
+    if not breakdown:
+        return r
+    grads = vg(net.params())[1]
+    parts = [r,
+             peers.make_result("  sciml fwd+bwd only", peers.timeit_samples(lambda: vg(net.params()), warmup, repeat)),
+             peers.make_result("  sciml Adam only", peers.timeit_samples(lambda: opt.step(grads), warmup, repeat)),
+             peers.make_result("  numpy: the step's 8 GEMMs", peers.timeit_samples(_gemms(d), warmup, repeat))]
+    return parts
+
+
+def _gemms(d):
+    """The 8 float32 GEMMs of one W1 step through numpy's BLAS: the floor of any numpy-BLAS design."""
+    f, rng = np.float32, np.random.default_rng(0)
+    X = d["x"]
+    W = [p[0].copy() for p in d["params"]]
+    h1, h2 = np.empty((256, 512), f), np.empty((256, 512), f)
+    o, g3 = np.empty((256, 10), f), rng.standard_normal((256, 10)).astype(f)
+    dW = [np.empty_like(w) for w in W]
+    dh2, dh1 = np.empty_like(h2), np.empty_like(h1)
+
+    def run():
+        np.matmul(X, W[0], out=h1), np.matmul(h1, W[1], out=h2), np.matmul(h2, W[2], out=o)
+        np.matmul(h2.T, g3, out=dW[2]), np.matmul(g3, W[2].T, out=dh2)
+        np.matmul(h1.T, dh2, out=dW[1]), np.matmul(dh2, W[1].T, out=dh1)
+        np.matmul(X.T, dh1, out=dW[0])
+    return run
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--breakdown", action="store_true", help="also time fwd+bwd, Adam and the bare GEMMs")
     args = ap.parse_args(argv)
     sm.init(dtype="float32")
     results = [sciml_w1_step(repeat=args.repeat)]
+    extra = sciml_w1_step(repeat=args.repeat, breakdown=True)[1:] if args.breakdown else []
     for name, fn in (("torch", "torch_w1_mlp_step"), ("jax", "jax_w1_mlp_step")):
         mod = peers.load_peer(name)
         if mod is not None:
@@ -61,7 +88,7 @@ def main(argv=None):
     for r in results[1:]:
         key = "torch" if "torch" in r["name"] else "jax"
         results[0][f"ratio_vs_{key}"] = ours / r["median_s"]
-    print(peers.format_table(results, title="W1: MLP 784-512-512-10 training step (fwd+bwd+Adam), batch 256, f32"))
+    print(peers.format_table(results + extra, title="W1: MLP 784-512-512-10 training step (fwd+bwd+Adam), batch 256, f32"))
     for r in results[1:]:
         if "loss0" in r:
             print(f"loss0 check: sciml {results[0]['loss0']:.6f} vs {r['name']} {r['loss0']:.6f}")
