@@ -7,7 +7,8 @@ graph once, one backward pass per row), damped until positive definite: solve
 (n, n) solve uses numpy.linalg (LAPACK); the Hessian itself is computed by sciml kernels.
 A quadratic with a positive definite Hessian is solved in one iteration.
 
-``newton_cg``: truncated conjugate gradient on Hessian-vector products (the gradient graph at x is
+``newton_cg``: truncated conjugate gradient on Hessian-vector products (``globalization=
+"trust_region"``: Steihaug-CG in a trust region instead of the line search) (the gradient graph at x is
 recorded once per Newton step; each product is one backward pass through it),
 stopped at the forcing tolerance ``||r||_1 <= min(0.5, sqrt(||g||_1)) ||g||_1`` (as SciPy; or
 ``||r||_2 <= cg_tol`` if given)
@@ -25,7 +26,7 @@ import numpy as np
 from .. import backend
 from ..kernels import lbfgs as K
 from .lbfgs import _options, _run
-from .result import CurvatureOptimizer, Flat, check_positive_int
+from .result import CurvatureOptimizer, Flat, IterInfo, Result, check_positive_int
 
 
 class _NewtonCG:
@@ -132,12 +133,16 @@ class _DenseNewton(_NewtonCG):
 
 
 def newton_cg(loss_fn, params, *, cg_max=None, cg_tol=None, max_iter=200, max_eval=None, gtol=1e-7, ftol=1e-12,
-              xtol=1e-12, c1=1e-4, c2=0.9, max_ls=25, callback=None):
+              xtol=1e-12, c1=1e-4, c2=0.9, max_ls=25, callback=None, globalization="line_search", delta0=None,
+              delta_max=1e3):
     """Minimise ``loss_fn(params)`` by truncated Newton-CG on Hessian-vector products.
 
     Args:
         cg_max: CG iterations (HVPs) per Newton step (default n, at most 200).
         cg_tol: absolute CG residual tolerance (2-norm); default the forcing term on the 1-norm.
+        globalization: "line_search" (strong Wolfe) or "trust_region" (Steihaug-CG inside a trust
+            region of radius delta, N&W Alg. 4.1 / 7.2; one evaluation per iteration).
+        delta0, delta_max: initial (default 0.1 max(1, ||g||)) and largest trust-region radius.
         Others as in :func:`sciml.optim.lbfgs.lbfgs` (``max_eval`` counts loss+gradient
         evaluations of the line search; HVPs are reported in ``result.nhvp``).
     Example:
@@ -147,7 +152,15 @@ def newton_cg(loss_fn, params, *, cg_max=None, cg_tol=None, max_iter=200, max_ev
                  gtol, ftol, xtol, 1.0, c1, c2, max_ls)
     prob = Flat(loss_fn, params, "newton_cg")
     cgm = _cg_max("newton_cg", cg_max, prob.n)
+    if _globalization("newton_cg", globalization) == "trust_region":
+        return _trust_region_run(prob, o, callback, cgm, cg_tol, delta0, delta_max)
     return _run(prob, o, callback, None, lambda n, dt: _NewtonCG(n, dt, cgm, cg_tol))[0]
+
+
+def _globalization(where, g):
+    if g not in ("line_search", "trust_region"):
+        raise ValueError(f"{where}: globalization={g!r}; expected 'line_search' or 'trust_region'.")
+    return g
 
 
 def _cg_max(where, cg_max, n):
@@ -181,17 +194,21 @@ class NewtonCG(CurvatureOptimizer):
     (default 20) Newton iterations. Options as in :func:`newton_cg`."""
 
     def __init__(self, params=None, *, cg_max=None, cg_tol=None, max_iter=20, max_eval=None, gtol=1e-7,
-                 ftol=1e-12, xtol=1e-12, c1=1e-4, c2=0.9, max_ls=25, callback=None):
+                 ftol=1e-12, xtol=1e-12, c1=1e-4, c2=0.9, max_ls=25, callback=None, globalization="line_search",
+                 delta0=None, delta_max=1e3):
         self._opts = _options("NewtonCG", 1, max_iter, max_eval if max_eval is not None else 10 * max_iter,
                               gtol, ftol, xtol, 1.0, c1, c2, max_ls)
         if cg_max is not None:
             check_positive_int("NewtonCG", "cg_max", cg_max)
         self._cg, self._callback = (cg_max, cg_tol), callback
+        self._tr = (_globalization("NewtonCG", globalization), delta0, delta_max)
         super().__init__(params)
 
     def _minimize(self, loss_fn, values):
         prob = Flat(loss_fn, values, "NewtonCG.step")
         cgm = _cg_max("NewtonCG", self._cg[0], prob.n)
+        if self._tr[0] == "trust_region":
+            return _trust_region_run(prob, self._opts, self._callback, cgm, self._cg[1], self._tr[1], self._tr[2])
         return _run(prob, self._opts, self._callback, None, lambda n, dt: _NewtonCG(n, dt, cgm, self._cg[1]))[0]
 
 
@@ -209,3 +226,117 @@ class Newton(CurvatureOptimizer):
         prob = Flat(loss_fn, values, "Newton.step")
         _check_dense("Newton.step", prob.n)
         return _run(prob, self._opts, self._callback, None, lambda n, dt: _DenseNewton(n, dt, loss_fn))[0]
+
+
+# --- trust-region Newton-CG (Steihaug) ------------------------------------------------------
+def _steihaug(prob, x, g, gnorm, delta, cg_max, eta, n, dt):
+    """Approximately minimise g.p + 0.5 p.Hp subject to ||p|| <= delta (N&W Alg. 7.2).
+    Returns (p, hits_boundary)."""
+    acc = K.acc_dtype(dt)
+    out = backend.zeros(5, acc)
+
+    def dots(a, b, c):
+        K.dots(a, b, c, out, n, dt)
+        return backend.to_numpy(out, (5,), acc).astype(float).tolist()
+
+    def to_boundary(z, d):
+        zd, zz, dd = dots(z, d, z)[0], dots(z, z, z)[0], dots(d, d, d)[0]
+        tau = (-zd + math.sqrt(max(zd * zd - dd * (zz - delta * delta), 0.0))) / dd
+        p = backend.empty(n, dt)
+        K.axpy(z, tau, d, p, n, dt)
+        return p
+
+    hvp = prob.hvp_operator(x)
+    z = backend.zeros(n, dt)
+    r = backend.empty(n, dt)
+    K.axpy(g, 0.0, g, r, n, dt)                            # r = g (gradient of the model at z = 0)
+    d = backend.empty(n, dt)
+    K.axpy(g, -2.0, g, d, n, dt)                           # d = -g
+    rr = gnorm * gnorm
+    for _ in range(cg_max):
+        Bd = hvp(d)
+        dBd = dots(d, Bd, Bd)[0]
+        if dBd <= 0:
+            return to_boundary(z, d), True
+        alpha = rr / dBd
+        z_new = backend.empty(n, dt)
+        K.axpy(z, alpha, d, z_new, n, dt)
+        if math.sqrt(dots(z_new, z_new, z_new)[0]) >= delta:
+            return to_boundary(z, d), True
+        r_new = backend.empty(n, dt)
+        K.axpy(r, alpha, Bd, r_new, n, dt)
+        rr_new = dots(r_new, r_new, r_new)[0]
+        z, r = z_new, r_new
+        if math.sqrt(rr_new) <= eta:
+            return z, False
+        d_new = backend.empty(n, dt)
+        K.axpy(r, -2.0, r, d_new, n, dt)                   # -r
+        K.axpy(d_new, rr_new / rr, d, d, n, dt)            # d = -r + beta d
+        rr = rr_new
+    return z, False
+
+
+def _trust_region_run(prob, o, callback, cg_max, cg_tol, delta0, delta_max):
+    where, n, dt = o["where"], prob.n, prob.dtype
+    acc = K.acc_dtype(dt)
+    out = backend.zeros(5, acc)
+
+    def dots(a, b, c):
+        K.dots(a, b, c, out, n, dt)
+        return backend.to_numpy(out, (5,), acc).astype(float).tolist()
+
+    x = prob.x0
+    f, g = prob.value_and_grad(x)
+    prob.check_start(f)
+    gnorm = math.sqrt(dots(g, g, g)[2])
+    delta = delta0 if delta0 is not None else max(1.0, gnorm) * 0.1
+    it, reason = 0, None
+    if gnorm <= o["gtol"]:
+        reason = "gtol"
+    while reason is None:
+        if it >= o["max_iter"]:
+            reason = "max_iter"
+            break
+        if prob.nfev >= o["max_eval"]:
+            reason = "max_eval"
+            break
+        eta = cg_tol if cg_tol is not None else min(0.5, math.sqrt(gnorm)) * gnorm
+        p, boundary = _steihaug(prob, x, g, gnorm, delta, cg_max, eta, n, dt)
+        Hp = prob.hvp_operator(x)(p)
+        gp = dots(p, g, g)[0]
+        pHp = dots(p, Hp, Hp)[0]
+        pred = -(gp + 0.5 * pHp)
+        x_new = backend.empty(n, dt)
+        K.axpy(x, 1.0, p, x_new, n, dt)
+        f_new, g_new = prob.value_and_grad(x_new)
+        f_new = f_new if math.isfinite(f_new) else math.inf
+        rho = (f - f_new) / pred if pred > 0 else -1.0
+        pnorm = math.sqrt(dots(p, p, p)[0])
+        if rho < 0.25:
+            delta = 0.25 * min(delta, pnorm) if pnorm > 0 else 0.25 * delta
+        elif rho > 0.75 and boundary:
+            delta = min(2.0 * delta, delta_max)
+        it += 1
+        if rho > 1e-4 and f_new < f:
+            f_old = f
+            x, f, g = x_new, f_new, g_new
+            st = dots(g, g, g)
+            gnorm = math.sqrt(st[2])
+            if not math.isfinite(gnorm):
+                raise FloatingPointError(f"{where}: the gradient is not finite at iteration {it}.")
+            if callback is not None and callback(IterInfo(it, f, gnorm, pnorm, prob.nfev, lambda x=x: prob.tree(x))):
+                reason = "callback"
+            elif gnorm <= o["gtol"]:
+                reason = "gtol"
+            elif abs(f_old - f) <= o["ftol"] * max(abs(f_old), abs(f), 1e-300):
+                reason = "ftol"
+            elif dots(p, p, p)[3] <= o["xtol"]:
+                reason = "xtol"
+        elif delta < 1e-14 * max(1.0, math.sqrt(dots(x, x, x)[2])):
+            reason = "line_search"
+    msg = {"gtol": "||grad|| <= gtol", "ftol": "relative loss change <= ftol", "xtol": "max |step| <= xtol",
+           "max_iter": "reached max_iter", "max_eval": "reached max_eval", "callback": "the callback asked to stop",
+           "line_search": "the trust region shrank to nothing without a decrease"}[reason]
+    return Result(params=prob.tree(x), loss=f, grad_norm=gnorm, iterations=it, nfev=prob.nfev, ngev=prob.ngev,
+                  nhvp=prob.nhvp, reason=reason,
+                  message=f"{where}: stopped after {it} iterations and {prob.nfev} evaluations: {msg}.")

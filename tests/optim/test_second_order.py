@@ -256,6 +256,17 @@ def test_newton_cg_quadratic_at_most_n_hvps():
     np.testing.assert_allclose(r.params.numpy(), _xstar, rtol=1e-9)
 
 
+def test_newton_cg_trust_region():
+    r = newton_cg(quad, sm.tensor(np.zeros(6)), gtol=1e-9, cg_tol=1e-12, globalization="trust_region", delta0=100.0)
+    assert r.iterations == 1 and r.nhvp <= 6 + 1   # CG products + one for the predicted decrease
+    np.testing.assert_allclose(r.params.numpy(), _xstar, rtol=1e-9)
+    r = newton_cg(rosen, sm.tensor(x0(2)), gtol=1e-6, globalization="trust_region")
+    assert r.reason == "gtol"
+    np.testing.assert_allclose(r.params.numpy(), 1.0, atol=1e-5)
+    with pytest.raises(ValueError, match="globalization='dogleg'; expected"):
+        NewtonCG(globalization="dogleg")
+
+
 def test_cg_least_squares_linear_at_most_n_products():
     M = np.random.default_rng(1).normal(size=(10, 4))
     y = np.arange(10.0)
