@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from .. import backend
-from ..autodiff.pytree import flatten, unflatten
+from ..autodiff.pytree import flatten
 from ..autodiff.tensor import Tensor
 from ..kernels import lbfgs as K
 from .result import CurvatureOptimizer, Flat, IterInfo, Result, check_nonneg, check_positive_int

@@ -1,5 +1,4 @@
 """Curvature optimizers: L-BFGS, BFGS, Newton, NewtonCG, Gauss-Newton / Levenberg-Marquardt, AdaHessian."""
-import math
 
 import numpy as np
 import pytest
