@@ -4,7 +4,7 @@
     >>> y = net.apply(net.params(), x)          # pure function of the parameters
 """
 from . import init
-from .module import Buffer, Module, Parameter, load_state
+from .module import Buffer, Module, Parameter, ParameterList, load_state
 from .layers import MLP, Flatten, Identity, Linear, Sequential
 from .activations import (GELU, LogSoftmax, ReLU, SiLU, Sigmoid, Sin, Softmax, Softplus, Tanh, gelu, relu, sigmoid,
                           silu, sin, softplus, tanh)

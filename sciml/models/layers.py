@@ -136,7 +136,3 @@ class Flatten(Module):
 class Identity(Module):
     def forward(self, x):
         return x
-
-
-def _is_tensor(x):
-    return isinstance(x, Tensor)

@@ -17,7 +17,6 @@ Parameters (no copy); ``state_dict()`` returns numpy copies.
 """
 from __future__ import annotations
 
-import math
 import os
 from collections import OrderedDict
 
@@ -371,7 +370,3 @@ def _dict_key(d, k):
         if str(kk) == k:
             return kk
     raise KeyError(k)
-
-
-def numel(shape):
-    return math.prod(shape)

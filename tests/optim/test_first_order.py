@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import sciml as sm
-from sciml.models import Linear, MLP, Parameter
+from sciml.models import MLP, Parameter
 from sciml.optim import SGD, Adagrad, Adam, AdamW, RMSprop, Optimizer, schedules
 
 RNG = np.random.default_rng(0)

@@ -166,8 +166,6 @@ def softmax_cross_entropy(logits, q, reduction="mean"):
     return _xent(x, q, reduction=reduction)
 
 
-_ = math
-
 
 # --- unfold / fold (im2col / col2im) --------------------------------------------------------
 def _out_size(n, k, s, p):
