@@ -10,6 +10,9 @@ from .. import backend
 from . import _common as C
 
 
+SERIAL_TWO_LOOP = 1 << 22   # n * history below which the whole recursion is one serial CPU launch
+
+
 def _par(n):
     return C.launch_mode(n)
 
@@ -105,7 +108,7 @@ def two_loop(g, S, Y, rho, alpha, d, order, used: int, gamma: float, n: int, dty
     ``order``: int32 (m,) slot indices, oldest first, of which the first ``used`` are valid;
     ``alpha``: ``acc_dtype`` (2m,) scratch; ``gamma``: the initial inverse-Hessian scale.
     """
-    if backend.on_host():
+    if backend.on_host() and n * max(used, 1) < SERIAL_TWO_LOOP:
         k = C.cached(("opt_twoloop", dtype), lambda: _build_two_loop_serial(dtype))
         k(g, S, Y, rho, alpha, d, order, used, float(gamma), n, alpha if out is None else out,
           0 if out is None else 1)
