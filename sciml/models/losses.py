@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autodiff.ops import abs, minimum, softplus
+from ..autodiff.ops import abs, minimum, softplus, sum
 from ..autodiff.ops.conv import softmax_cross_entropy
 from ..autodiff.tensor import Tensor, as_tensor, tensor
 
