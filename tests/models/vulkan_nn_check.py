@@ -70,6 +70,16 @@ def main():
     p = Parameter(p0)
     SGD([p], lr=0.1, momentum=0.9, clip_norm=1.0).step([sm.tensor(gr)])
     check("sgd+clip", p, p0 - 0.1 * gr / np.linalg.norm(gr), 1e-4)
+    p = Parameter(p0)
+    SGD([p], lr=0.1).step([sm.tensor(gr)])          # no momentum buffer: the gradient stands in for it
+    check("sgd plain", p, p0 - 0.1 * gr, 1e-5)
+    from sciml.optim import RMSprop, Adagrad
+    p = Parameter(p0)
+    RMSprop([p], lr=0.01).step([sm.tensor(gr)])
+    check("rmsprop", p, p0 - 0.01 * gr / (np.sqrt(0.01 * gr * gr) + 1e-8), 1e-4)
+    p = Parameter(p0)
+    Adagrad([p], lr=0.1).step([sm.tensor(gr)])
+    check("adagrad", p, p0 - 0.1 * np.sign(gr), 1e-4)
     if fails:
         print("FAIL\n" + "\n".join(fails))
         return 1
