@@ -99,11 +99,85 @@ UNARY = ("neg", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "softplus
          "sign", "step", "reciprocal", "floor")
 
 
+VEC_OPS = ("tanh", "sigmoid")  # float32 rational forms: + - * / min max select only
+VEC = 8  # lanes per iteration of the vectorised variant
+VEC_MIN = 1 << 14  # below this the launch dominates: keep the plain kernel
+
+
 def unary(op: str, x, out, n: int, dtype: str):
     """out[i] = op(x[i]) for i < n."""
     serial = C.launch_mode(n)
+    if op in VEC_OPS and dtype == "float32" and n >= VEC_MIN and C.backend.on_host():
+        k = C.cached(("unary_vec", op, serial), lambda: _build_unary_vec(op, serial))
+        if k.fast is None:
+            _first_call_vectorised(k, (x, out, n))
+        else:
+            k(x, out, n)
+        return
     k = C.cached(("unary", op, dtype, serial), lambda: _build_unary(op, dtype, serial))
     k(x, out, n)
+
+
+def _first_call_vectorised(k, args):
+    """Compile ``k`` (its first call) with Taichi's ``real_matrix_scalarize`` off, so that its
+    ``ti.Vector`` arithmetic becomes LLVM vector code (SSE-packed: 2.4x faster for the rational
+    tanh at 1e6 here). The switch is process-wide in Taichi, so it is set only while this one
+    kernel compiles: that code path aborts on vector ``ti.exp``/``ti.abs``, which other kernels use."""
+    cfg = C.ti().lang.impl.current_cfg()
+    prev = cfg.real_matrix_scalarize
+    cfg.real_matrix_scalarize = False
+    try:
+        k(*args)
+    finally:
+        cfg.real_matrix_scalarize = prev
+
+
+def _vec_funcs():
+    ti = C.ti()
+    a1, a3, a5, a7, a9, a11, a13, b0, b2, b4, b6 = _F32_TANH
+
+    @ti.func
+    def tanh_v(x):  # the rational tanh of _funcs, with select instead of abs/branch
+        xc = ti.min(ti.max(x, -7.90531110763549805), 7.90531110763549805)
+        x2 = xc * xc
+        p = x2 * a13 + a11
+        p = x2 * p + a9
+        p = x2 * p + a7
+        p = x2 * p + a5
+        p = x2 * p + a3
+        p = x2 * p + a1
+        p = xc * p
+        q = x2 * b6 + b4
+        q = x2 * q + b2
+        q = x2 * q + b0
+        return ti.select(x * x < 1.6e-7, x, p / q)
+
+    @ti.func
+    def sigmoid_v(x):
+        return 0.5 * tanh_v(0.5 * x) + 0.5
+
+    return dict(tanh=tanh_v, sigmoid=sigmoid_v)
+
+
+def _build_unary_vec(op, serial):
+    ti = C.ti()
+    f = _vec_funcs()[op]
+    A = C.arr("float32")
+    V = ti.types.vector(VEC, ti.f32)
+
+    @ti.kernel
+    def k(x: A, out: A, n: ti.i32):
+        ti.loop_config(serialize=serial)
+        for b in range(n // VEC):
+            v = V(0.0)
+            for u in ti.static(range(VEC)):
+                v[u] = x[b * VEC + u]
+            r = f(v)
+            for u in ti.static(range(VEC)):
+                out[b * VEC + u] = r[u]
+        for i in range((n // VEC) * VEC, n):  # the tail
+            out[i] = f(x[i])
+    return k
 
 
 def _build_unary(op, dtype, serial):

@@ -109,3 +109,17 @@ def test_fuse_errors():
         sm.fuse(lambda a: a * y)(x)
     with pytest.raises(ValueError, match="returned an input or a constant"):
         sm.fuse(lambda a: a)(x)
+
+
+@pytest.mark.parametrize("expr", ["tanh(x*y+z)", "(x*y+z)*x-y*z", "sigmoid(x*s)*y - relu(z) + maximum(x, 0.1)",
+                                  "square(x)/(1.0 + reciprocal(y*y + 2.0)) - minimum(z, s)",
+                                  "-x + exp(y) * s"])  # the last is not vectorisable: scalar kernel
+def test_fused_float32_large_vectorised_path_equals_composed(expr):
+    env = {k: getattr(sm, k) for k in ("tanh", "sigmoid", "relu", "maximum", "minimum", "square", "reciprocal",
+                                       "exp")}
+    fn = eval("lambda x, y, z, s: " + expr, env)  # noqa: S307 - test expressions
+    rng = np.random.default_rng(5)
+    n = 20_003  # above the vectorised-kernel threshold, with a ragged tail
+    x, y, z = (sm.tensor(rng.standard_normal(n), "float32") for _ in range(3))
+    got = sm.fuse(fn)(x, y, z, 1.5)
+    np.testing.assert_allclose(got.numpy(), fn(x, y, z, 1.5).numpy(), rtol=2e-6, atol=2e-6)

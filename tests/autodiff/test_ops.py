@@ -354,3 +354,13 @@ def test_fast_launch_guards_fall_back_to_taichi():
         k(np.arange(12.0)[::2], out, 6)
     with pytest.raises(ValueError, match="dtype"):
         k(np.arange(6, dtype=np.float32), out, 6)
+
+
+@pytest.mark.parametrize("n", [16_387, 100_003])
+def test_vectorised_float32_tanh_sigmoid_large(n):
+    a = np.random.default_rng(9).standard_normal(n).astype(np.float32) * 4
+    a[:3] = [0.0, 1e-5, -3e-4]
+    x = sm.tensor(a, "float32")
+    np.testing.assert_allclose(sm.tanh(x).numpy(), np.tanh(a.astype(np.float64)), rtol=1e-6, atol=5e-7)
+    np.testing.assert_allclose(sm.sigmoid(x).numpy(), 1 / (1 + np.exp(-a.astype(np.float64))), rtol=1e-6,
+                               atol=5e-7)
