@@ -1,6 +1,7 @@
 """Built-in PINN problems with their default networks, points and training stages: what
 ``sciml solve burgers|poisson|heat|wave|helmholtz`` runs. Each builder returns a
-:class:`Setup`; ``setup.run()`` trains and returns the solver's Result.
+:class:`Setup`; ``setup.run()`` trains and returns the solver's Result. Dirichlet and initial
+values are enforced hard (built into the output) wherever the domain allows.
 
 Example:
     >>> s = problems.get("poisson")
@@ -99,7 +100,7 @@ def poisson(k=1):
 
     def residual(u, x, y):
         return -laplacian(u) - c * _sm.sin(k * np.pi * x) * _sm.sin(k * np.pi * y)
-    pb = Problem(Rectangle((0, 0), (1, 1)), residual, conditions=[Dirichlet(0.0)],
+    pb = Problem(Rectangle((0, 0), (1, 1)), residual, conditions=[Dirichlet(0.0, hard=True)],
                  reference=ref, name="poisson")
     return Setup(pb, [2, 32, 32, 32, 1], "tanh", {"interior": 2048, "boundary": 256},
                  (1000, 2000))
@@ -110,7 +111,8 @@ def heat(alpha=0.1):
     def residual(u, x, t):
         return d(u, t) - alpha * d(u, x, x)
     pb = Problem(Interval(0, 1) * TimeInterval(0, 1), residual,
-                 conditions=[Dirichlet(0.0), Initial(lambda x: np.sin(np.pi * x))],
+                 conditions=[Dirichlet(0.0, hard=True),
+                             Initial(lambda x: np.sin(np.pi * x), hard=True)],
                  reference=R.heat_sin(alpha), name="heat")
     return Setup(pb, [2, 32, 32, 32, 1], "tanh", {"interior": 2048, "boundary": 128,
                                                    "initial": 128}, (1000, 1000))
@@ -121,7 +123,8 @@ def wave(c=1.0):
     def residual(u, x, t):
         return d(u, t, t) - c ** 2 * d(u, x, x)
     pb = Problem(Interval(0, 1) * TimeInterval(0, 1), residual,
-                 conditions=[Dirichlet(0.0), Initial(lambda x: np.sin(np.pi * x)),
+                 conditions=[Dirichlet(0.0, hard=True),
+                             Initial(lambda x: np.sin(np.pi * x), hard=True),
                              Initial(0.0, derivative=1)],
                  reference=R.wave_sin(c), name="wave")
     return Setup(pb, [2, 32, 32, 32, 1], "tanh", {"interior": 2048, "boundary": 128,
@@ -135,7 +138,7 @@ def helmholtz(k=1.0, a1=1, a2=4):
 
     def residual(u, x, y):
         return laplacian(u) + k ** 2 * u - c * _sm.sin(a1 * np.pi * x) * _sm.sin(a2 * np.pi * y)
-    pb = Problem(Rectangle((-1, -1), (1, 1)), residual, conditions=[Dirichlet(0.0)],
+    pb = Problem(Rectangle((-1, -1), (1, 1)), residual, conditions=[Dirichlet(0.0, hard=True)],
                  reference=ref, name="helmholtz")
     return Setup(pb, [2, 50, 50, 50, 1], "sin", {"interior": 4096, "boundary": 400},
                  (1500, 2000))
