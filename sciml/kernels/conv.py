@@ -66,7 +66,7 @@ def bias_act(act, h, b, y, rows, cols, dtype):
     C.cached(("bias_act", act, dtype, serial), lambda: _build_bias_act(act, dtype, serial))(h, b, y, rows, cols)
 
 
-def _build_bias_act_vjp(act, dtype, serial, with_b):
+def _build_bias_act_vjp(act, dtype, serial, with_b, with_gz=True):
     ti = C.ti()
     A = C.arr(dtype)
     T = C.backend.ti_dtype(dtype)
@@ -83,7 +83,8 @@ def _build_bias_act_vjp(act, dtype, serial, with_b):
                 for jj in ti.static(range(CB)):
                     if j0 + jj < cols:
                         v = g[r * cols + j0 + jj] * d(y[r * cols + j0 + jj])
-                        gz[r * cols + j0 + jj] = v
+                        if ti.static(with_gz):
+                            gz[r * cols + j0 + jj] = v
                         if ti.static(with_b):
                             acc[jj] += v
             if ti.static(with_b):
@@ -94,12 +95,13 @@ def _build_bias_act_vjp(act, dtype, serial, with_b):
 
 
 def bias_act_vjp(act, g, y, gz, gb, rows, cols, dtype):
-    """gz = g * act'(y) (from the output y), gb[j] = sum_r gz[r, j] (skipped if gb is None)."""
+    """gz = g * act'(y) (from the output y; skipped if gz is None), gb[j] = sum_r gz[r, j] (skipped if gb
+    is None)."""
     serial = C.launch_mode(rows * cols) or (cols < 32 and C.backend.on_host())
-    with_b = gb is not None
-    k = C.cached(("bias_act_vjp", act, dtype, serial, with_b),
-                 lambda: _build_bias_act_vjp(act, dtype, serial, with_b))
-    k(g, y, gz, gb if with_b else gz, rows, cols)
+    with_b, with_gz = gb is not None, gz is not None
+    k = C.cached(("bias_act_vjp", act, dtype, serial, with_b, with_gz),
+                 lambda: _build_bias_act_vjp(act, dtype, serial, with_b, with_gz))
+    k(g, y, gz if with_gz else g, gb if with_b else g, rows, cols)
 
 
 def _build_xent(dtype, serial):

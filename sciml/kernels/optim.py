@@ -20,7 +20,7 @@ def _loop(serial):
     return 1 if serial else BLOCK
 
 
-def _build(kind, dtype, serial):
+def _build(kind, dtype, serial, plain=False):
     ti = C.ti()
     A = C.arr(dtype)
     T = C.backend.ti_dtype(dtype)
@@ -33,13 +33,17 @@ def _build(kind, dtype, serial):
             ti.loop_config(serialize=serial)
             for blkid in range((n + blk - 1) // blk):
                 for i in range(blkid * blk, ti.min(n, blkid * blk + blk)):
-                    pi = p[i]
-                    gi = g[i] * gscale + wd * pi
+                    gi = g[i]
+                    if ti.static(not plain):  # plain: no clipping scale, no weight decay
+                        gi = gi * gscale + wd * p[i]
                     mi = b1 * m[i] + (1 - b1) * gi
                     vi = b2 * v[i] + (1 - b2) * gi * gi
                     m[i] = mi
                     v[i] = vi
-                    p[i] = pi * keep - step * mi / (ti.sqrt(vi) * inv_sqrt_bc2 + eps)
+                    if ti.static(plain):
+                        p[i] = p[i] - step * mi / (ti.sqrt(vi) * inv_sqrt_bc2 + eps)
+                    else:
+                        p[i] = p[i] * keep - step * mi / (ti.sqrt(vi) * inv_sqrt_bc2 + eps)
         return k
 
     if kind == "sgd":
@@ -125,15 +129,16 @@ def _build(kind, dtype, serial):
     raise ValueError(kind)
 
 
-def _kernel(kind, n, dtype):
+def _kernel(kind, n, dtype, plain=False):
     serial = C.launch_mode(n)
-    return C.cached(("optim", kind, dtype, serial), lambda: _build(kind, dtype, serial))
+    return C.cached(("optim", kind, dtype, serial, plain), lambda: _build(kind, dtype, serial, plain))
 
 
 def adam(p, g, m, v, n, dtype, lr, b1, b2, eps, bc1, bc2, gscale=1.0, wd=0.0, decoupled_wd=0.0):
     """In place: Adam (L2 weight decay ``wd``; AdamW's decoupled decay as ``decoupled_wd`` = lr*wd)."""
     # p <- p (1 - dwd) - (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps): the textbook line, one division
-    _kernel("adam", n, dtype)(p, g, m, v, n, lr / bc1, b1, b2, eps, 1.0 / math.sqrt(bc2), gscale, wd,
+    plain = gscale == 1.0 and wd == 0.0 and decoupled_wd == 0.0
+    _kernel("adam", n, dtype, plain)(p, g, m, v, n, lr / bc1, b1, b2, eps, 1.0 / math.sqrt(bc2), gscale, wd,
                               1.0 - decoupled_wd)
 
 

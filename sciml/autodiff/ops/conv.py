@@ -63,12 +63,13 @@ def _bias_act_vjp(g, h, b, out, act):
         gz = g if d is None else g * d
         gb = sum(reshape(gz, (rows, cols)), 0) if needs(1) else None
         return gz, gb
-    gz = backend.empty(h.size, h.dtype)
+    ident = act == "identity"  # gz = g: only the bias column sums need a kernel
+    gz = None if ident or not needs(0) else backend.empty(h.size, h.dtype)
     gb = backend.empty(cols, h.dtype) if needs(1) else None
-    if h.size:
+    if h.size and (gz is not None or gb is not None):
         K.bias_act_vjp(act, g._buf, out._buf, gz, gb, rows, cols, h.dtype)
-    return (Tensor._make(gz, h.shape, h.dtype),
-            Tensor._make(gb, b.shape, b.dtype) if gb is not None else None)
+    gh = (g if ident else Tensor._make(gz, h.shape, h.dtype)) if needs(0) else None
+    return gh, Tensor._make(gb, b.shape, b.dtype) if gb is not None else None
 
 
 @_bias_act.def_jvp
