@@ -25,7 +25,7 @@ from .autodiff.transforms import value_and_grad
 from .autodiff.primitive import no_grad
 from .data import DataLoader
 
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "Model"]
 
 
 class Trainer:
@@ -198,3 +198,6 @@ class Trainer:
                                         "state": {k[4:]: v for k, v in data.items() if k.startswith("opt/")}})
         self.step, self.epoch, self._batch = (int(v) for v in data["loop"])
         self.history["loss"] = [float(v) for v in data["history_loss"]]
+
+
+Model = Trainer  # MindSpore's name for the object tying network, loss and optimizer together
