@@ -180,7 +180,8 @@ def _errors(loss, params, grid):
 
 class Progress:
     """Passed to callbacks: ``stage``, ``step`` (global), ``loss``, ``terms`` (dict), ``weights``
-    (dict), ``params``, ``elapsed``. A callback returning True stops the run."""
+    (dict), ``parameters`` (fitted PDE coefficients, dict), ``params``, ``elapsed``. A callback
+    returning True stops the run."""
 
     def __init__(self, **kw):
         self.__dict__.update(kw)
@@ -399,10 +400,12 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
                 rate = (k - tick_step) / max(now - tick, 1e-9)
                 tick, tick_step = now, k
                 if verbose:
-                    _print_line(label, min(k, steps), steps, value, names, terms, err, rate, weighting)
+                    _print_line(label, min(k, steps), steps, value, names, terms, err, rate, weighting,
+                                _fitted(problem, pde))
                 info = Progress(stage=si, step=global_step, loss=value, rel_l2=err,
                                 terms=dict(zip(names, map(float, terms))),
                                 weights=dict(zip(names, w_now())), params=params,
+                                parameters=_fitted(problem, pde),
                                 elapsed=now - t0)
                 for cb in callbacks:
                     if cb(info):
@@ -417,9 +420,8 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
         if checkpoint:
             _save_checkpoint(checkpoint, params, si + 1, 0, weighting.state(), history, None)
     wall = time.perf_counter() - t0
-    for k, p in problem.parameters.items():
-        raw = float(pde[k].numpy())
-        p.fitted = math.exp(raw) if p.log else raw
+    for k, v in _fitted(problem, pde).items():
+        problem.parameters[k].fitted = v
     errors = _errors(loss, params, grid)
     result = Result(problem, net, loss, history, errors, wall, grid)
     if verbose:
@@ -513,13 +515,24 @@ def _rebuild(loss, batch):
     return new
 
 
-def _print_line(label, k, steps, value, names, terms, err, rate, weighting):
+def _fitted(problem, pde):
+    """Current values of the trainable PDE coefficients, dict name -> float."""
+    out = {}
+    for k, p in problem.parameters.items():
+        raw = float(pde[k].numpy())
+        out[k] = math.exp(raw) if p.log else raw
+    return out
+
+
+def _print_line(label, k, steps, value, names, terms, err, rate, weighting, fitted=None):
     parts = "  ".join(f"{n} {float(t):.2e}" for n, t in zip(names, terms))
     line = f"{label:>6} {k:>6}/{steps:<6} loss {value:.3e}  [{parts}]"
     if math.isfinite(err):
         line += f"  rel_l2 {err:.3e}"
     if weighting.adaptive:
         line += "  w " + ",".join(f"{w:.3g}" for w in weighting.w)
+    for n, v in (fitted or {}).items():
+        line += f"  {n} {v:.5g}"
     line += f"  {rate:.1f} steps/s"
     print(line, flush=True)
 
