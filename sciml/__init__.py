@@ -22,7 +22,7 @@ float32, float64, int32 = "float32", "float64", "int32"
 
 
 def __getattr__(name):  # subpackages imported on first use (sciml.physics imports taichi at import time)
-    if name in ("physics", "models", "optim", "data", "train"):
+    if name in ("physics", "models", "optim", "data", "train", "pinn"):
         import importlib
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'sciml' has no attribute {name!r}")
