@@ -1,18 +1,20 @@
 """Fused Taylor-stream kernels for MLP input derivatives (the PINN fast path).
 
 Streams are stacked row blocks of one flat (S*n, w) buffer: block 0 the value, blocks
-1..n1 the first derivatives d/dx_c, blocks n1+1..n1+n2 the second derivatives d2/dx_a dx_c.
-Metadata (int32): ``[n1, n2, coord_0 .. coord_{n1-1}, a_0, c_0, a_1, c_1, ...]`` where
-``coord_q`` is the input coordinate of first-order stream q and ``(a_p, c_p)`` are the
-first-order streams a second-order stream p combines.
+1..n1 the first derivatives d/dx_c (c = coords[q]), blocks n1+1..n1+n2 the second derivatives
+d2/dx_a dx_c for the pairs (a, c) of first-order stream positions. The structure (coords,
+pairs) is compiled into each kernel (``ti.static`` loops), one kernel per structure.
 
-Per hidden layer, one pointwise kernel applies the activation to the pre-activations z of
-every stream: h = s(z), h_q = s'(z) z_q, h_p = s''(z) z_a z_c + s'(z) z_p, and its hand-written
+Per activation layer, one pointwise kernel applies the activation to the pre-activations z of
+every stream: h = s(z), h_q = s'(z) z_q, h_p = s''(z) z_a z_c + s'(z) z_p; its hand-written
 adjoint maps the cotangents of h to those of z in place. The first layer reads its
-first-order streams straight from W (z_q = W[coord_q, :]; z_p = 0). One parallel iteration
+first-order streams straight from W (z_q = W[coord_q, :]; z_p = 0); the last activation layer
+also applies the linear output layer (``top``), forward and adjoint. One parallel iteration
 handles a row of w elements (TAICHI-NOTES: rows of >= 32 elements per iteration pay off).
 float32 tanh is the rational form of ``elementwise._F32_TANH``; the derivative coefficients
-come from the identities (1 - t^2, ...) applied to it, as sciml's tanh rule does.
+come from the identities (1 - t^2, ...) applied to it, as sciml's tanh rule does, and the
+adjoint reads t from the saved activations instead of evaluating tanh again.
+``first_finish`` uses metadata ``[n1, n2, coord_0 .. coord_{n1-1}, ...]`` (int32).
 """
 import math
 
