@@ -43,6 +43,8 @@ _SAVED: dict = {}   # id(output buffer) -> (Zs, Hs): residuals for the adjoint
 _ONES: dict = {}
 _POOL: dict = {}    # (size, dtype) -> free scratch buffers (residuals return here when their output dies)
 _POOL_MAX = 16
+_POOL_CAP = 1 << 26   # elements held in the pool at most (256 MB of float32)
+_POOL_SIZE = [0]
 stats = {"calls": 0, "adjoint_calls": 0}
 
 
@@ -150,7 +152,10 @@ def _ones(count, dtype):
 def _take(size, dtype):
     """A scratch buffer from the pool (fresh large numpy buffers cost page faults: ~0.5 ms per 5 MB)."""
     lst = _POOL.get((size, dtype))
-    return lst.pop() if lst else backend.empty(size, dtype)
+    if lst:
+        _POOL_SIZE[0] -= size
+        return lst.pop()
+    return backend.empty(size, dtype)
 
 
 def _give(bufs, dtype):
@@ -159,6 +164,10 @@ def _give(bufs, dtype):
         lst = _POOL.setdefault((size, dtype), [])
         if len(lst) < _POOL_MAX:
             lst.append(b)
+            _POOL_SIZE[0] += size
+    if _POOL_SIZE[0] > _POOL_CAP:   # sizes change (resampling, evaluation grids): keep the pool bounded
+        _POOL.clear()
+        _POOL_SIZE[0] = 0
 
 
 def _release(key, dtype):
@@ -417,15 +426,3 @@ def mlp_derivatives(layers, activation, x, derivs):
             views[s] = _block(stacked, off=s * n * o, shape=(n, o))
         out[key] = views[s]
     return out
-
-
-def streams(layers, activation, x, derivs):
-    """The stacked (S, n, out) streams and the multi-index -> stream map (for callers that
-    want to slice the streams themselves)."""
-    act = generic.activation_name(activation)
-    layers = generic.normalize_layers(layers, "fused.streams")
-    x = generic.check_input(x, layers, "fused.streams")
-    items = generic.normalize_derivs(derivs, x.shape[1], MAX_ORDER, "fused.streams")
-    coords, pairs, index = generic.plan([m for _, m in items], x.shape[1])
-    params = tuple(t for W, b in layers for t in (W, b))
-    return _fused(x, *params, act=act, coords=coords, pairs=pairs), index
