@@ -430,3 +430,28 @@ def test_optimizer_kernels_on_vulkan():
     env.pop("SCIML_DTYPE", None)
     r = subprocess.run([sys.executable, "-c", _VULKAN_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0 and "OK vulkan optim" in r.stdout, (r.stdout + r.stderr)[-4000:]
+
+
+@pytest.mark.parametrize("name", ["bfgs", "newton", "newton_cg", "newton_cg_tr", "lm", "gn", "adahessian"])
+def test_float32_everywhere(name):
+    x32 = sm.tensor(x0(2), dtype="float32")
+    t = sm.tensor(np.linspace(0, 1, 8), dtype="float32")
+    y = 2.0 * sm.exp(-3.0 * t)
+
+    def res(p):
+        return p[0] * sm.exp(-p[1] * t) - y
+    p0 = sm.tensor([1.0, 1.0], dtype="float32")
+    r = {"bfgs": lambda: bfgs(rosen, x32, gtol=1e-3),
+         "newton": lambda: newton(rosen, x32, gtol=1e-3),
+         "newton_cg": lambda: newton_cg(rosen, x32, gtol=1e-3),
+         "newton_cg_tr": lambda: newton_cg(rosen, x32, gtol=1e-3, globalization="trust_region"),
+         "lm": lambda: levenberg_marquardt(res, p0, gtol=1e-5),
+         "gn": lambda: gauss_newton(res, p0, gtol=1e-5, solver="cg"),
+         "adahessian": lambda: adahessian(lambda x: ((x - 1.0) ** 2).sum(), p0, steps=100)}[name]()
+    assert r.params.dtype == "float32"
+    if name in ("lm", "gn"):
+        np.testing.assert_allclose(r.params.numpy(), [2.0, 3.0], atol=1e-3)
+    elif name == "adahessian":
+        np.testing.assert_allclose(r.params.numpy(), 1.0, atol=1e-2)
+    else:
+        np.testing.assert_allclose(r.params.numpy(), 1.0, atol=1e-2)
