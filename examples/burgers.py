@@ -29,9 +29,9 @@ problem = Problem(domain, residual,
                               Initial(lambda x: -np.sin(np.pi * x), hard=True)],
                   reference=burgers_cole_hopf(nu))
 net = MLP([2, 32, 32, 32, 32, 1], activation=sm.tanh, seed=0)
-steps = (20, 10) if quick else (1000, 6000)
+steps = (20, 10) if quick else (1000, 10000)
 result = solve(problem, net, points=4096,       # interior points, redrawn into the shock (RAD)
                stages=[(Adam(lr=1e-3), steps[0]), (LBFGS(history=50, max_iter=50), steps[1])],
-               resample={"method": "rad", "every": 500, "until": sum(steps) - 2000})
+               resample={"method": "rad", "every": 500, "until": sum(steps) - 3000})
 print(f"relative L2 error: {result.rel_l2:.2e}  ({result.time:.0f} s)")
 result.plot("burgers.png")

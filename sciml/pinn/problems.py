@@ -80,7 +80,7 @@ def burgers(nu=0.01 / np.pi, hard=True, interior=4096):
     With ``hard=True`` (default) the initial and boundary conditions are built into the
     output, u = -sin(pi x) + t (1 - x^2) N(x, t), so only the PDE residual is trained; the
     interior points are redrawn by RAD every 500 steps (into the shock) except in the last
-    2000.
+    3000.
     """
     def residual(u, x, t):
         return d(u, t) + u * d(u, x) - nu * d(u, x, x)
@@ -89,8 +89,8 @@ def burgers(nu=0.01 / np.pi, hard=True, interior=4096):
                              Initial(lambda x: -np.sin(np.pi * x), hard=hard)],
                  reference=R.burgers_cole_hopf(nu), name="burgers")
     return Setup(pb, [2, 32, 32, 32, 32, 1], "tanh",
-                 {"interior": interior, "boundary": 128, "initial": 128}, (1000, 6000),
-                 resample={"method": "rad", "every": 500, "tail": 2000})
+                 {"interior": interior, "boundary": 128, "initial": 128}, (1000, 10000),
+                 resample={"method": "rad", "every": 500, "tail": 3000})
 
 
 def poisson(k=1):
