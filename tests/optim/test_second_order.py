@@ -404,6 +404,11 @@ def rosen(x):
     return (100.0 * a * a + b * b).sum()
 r = lbfgs(rosen, sm.tensor(np.tile([-1.2, 1.0], 3), dtype="float32"), gtol=1e-3, max_iter=300)
 assert r.reason == "gtol", r.message
+from sciml.optim import bfgs
+r = bfgs(rosen, sm.tensor(np.tile([-1.2, 1.0], 3), dtype="float32"), gtol=1e-3, max_iter=300)
+assert r.reason == "gtol", r.message
+r = newton_cg(rosen, sm.tensor([-1.2, 1.0], dtype="float32"), gtol=1e-3, globalization="trust_region")
+assert r.reason == "gtol", r.message
 quartic = lambda x: ((x - 2.0) * (x - 2.0) * (x - 2.0) * (x - 2.0)).sum() + (x * x).sum()
 r = newton_cg(quartic, sm.tensor([0.0, 1.0], dtype="float32"), gtol=1e-4)
 assert r.reason == "gtol", r.message
