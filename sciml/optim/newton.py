@@ -253,6 +253,8 @@ def _steihaug(prob, x, g, gnorm, delta, cg_max, eta, n, dt):
     d = backend.empty(n, dt)
     K.axpy(g, -2.0, g, d, n, dt)                           # d = -g
     rr = gnorm * gnorm
+    if rr == 0:
+        return z, False
     for _ in range(cg_max):
         Bd = hvp(d)
         dBd = dots(d, Bd, Bd)[0]
