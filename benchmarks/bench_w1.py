@@ -71,15 +71,26 @@ def _gemms(d):
     return run
 
 
+def _blas_limit(n):
+    import contextlib
+    if not n:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+    return threadpool_limits(n, user_api="blas")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--json", default=None)
     ap.add_argument("--breakdown", action="store_true", help="also time fwd+bwd, Adam and the bare GEMMs")
+    ap.add_argument("--blas-threads", type=int, default=None,
+                    help="limit numpy's BLAS threads (threadpoolctl) for sciml's run; default: as configured")
     args = ap.parse_args(argv)
     sm.init(dtype="float32")
-    results = [sciml_w1_step(repeat=args.repeat)]
-    extra = sciml_w1_step(repeat=args.repeat, breakdown=True)[1:] if args.breakdown else []
+    with _blas_limit(args.blas_threads):  # sciml's run only; the peers keep their own thread settings
+        results = [sciml_w1_step(repeat=args.repeat)]
+        extra = sciml_w1_step(repeat=args.repeat, breakdown=True)[1:] if args.breakdown else []
     for name, fn in (("torch", "torch_w1_mlp_step"), ("jax", "jax_w1_mlp_step")):
         mod = peers.load_peer(name)
         if mod is not None:
