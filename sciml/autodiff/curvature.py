@@ -7,7 +7,8 @@
 - :func:`hutchinson_diag`: unbiased estimate of diag(H) from seeded Rademacher probes,
   ``E[z * (H z)] = diag(H)``.
 - :func:`residual_jvp`, :func:`residual_vjp`, :func:`gauss_newton_product`: products with the
-  Jacobian J of a residual vector function r(params), and the Gauss-Newton product J^T (J v).
+  Jacobian J of a residual vector function r(params), and the Gauss-Newton product J^T (J v);
+  :func:`gauss_newton_operator` for many products at one point (residual graph recorded once).
 
 Example:
     >>> f = lambda p: (p["w"] ** 3).sum()
@@ -174,6 +175,26 @@ def gauss_newton_product(residual, params, v):
     ``0.5 * ||r||^2`` without the second-derivative term. One JVP and one VJP."""
     _, jv = residual_jvp(residual, params, v)
     return residual_vjp(residual, params, jv)[1]
+
+
+def gauss_newton_operator(residual, params):
+    """``(r, op, jt)`` at fixed ``params``: ``op(v) = J^T (J v)`` and ``jt(u) = J^T u`` for MANY ``v`` / ``u``.
+
+    The residual's graph is recorded once; ``J v`` is the transpose of the (linear) VJP map, taken by
+    reverse mode through it, so each product is two backward passes and no forward re-run (what the
+    matrix-free Levenberg-Marquardt uses; ``gauss_newton_product`` re-runs the forward twice).
+    """
+    from .tensor import zeros
+    r, pull = T.vjp(lambda p: _check_residual("gauss_newton_operator", residual(p)), params)
+    _, pull2 = T.vjp(lambda u: pull(u, create_graph=True)[0], zeros(r.shape, r.dtype))
+
+    def jt(u):
+        return T.stop_gradient(pull(u, create_graph=False)[0])
+
+    def op(v):
+        _match("gauss_newton_operator", params, v)
+        return jt(pull2(v, create_graph=False)[0])
+    return r, op, jt
 
 
 def _check_residual(where, r):

@@ -8,8 +8,10 @@ damped normal equations ``(J^T J + lam D) p = -J^T r`` each iteration:
   sciml matmuls, and the small (n, n) system is solved with numpy.linalg (LAPACK Cholesky) on
   CPU. D = diag(J^T J) (Marquardt's scaling, as MINPACK), so the method is invariant to the
   scale of each parameter.
-- ``solver="cg"``: matrix-free conjugate gradient on ``J^T (J v) + lam v`` (one JVP and one VJP
-  per product, ``sciml.autodiff.curvature.gauss_newton_product``), D = I; for many parameters.
+- ``solver="cg"``: matrix-free conjugate gradient on ``J^T (J v) + lam v``, D = I; for many
+  parameters. The residual graph is recorded once per linearisation
+  (``sciml.autodiff.curvature.gauss_newton_operator``): each product is two backward passes, no
+  forward re-run.
 
 Damping is adapted by the gain ratio rho = actual / predicted decrease (Nielsen's rule:
 ``lam *= max(1/3, 1 - (2 rho - 1)^3)`` after a successful step, ``lam *= nu; nu *= 2`` after a
@@ -17,7 +19,8 @@ rejected one). Gauss-Newton is the undamped method with an Armijo backtracking l
 
 Stopping: ``gtol`` on ||J^T r||_2, ``ftol`` on the relative decrease of the loss, ``xtol`` on
 max |step|, ``max_iter`` (iterations, rejected LM trials included), ``max_eval`` (residual
-evaluations). A step is accepted only if it lowers the loss.
+evaluations at trial points; the linearisations are counted in ``ngev``). A step is accepted only
+if it lowers the loss.
 """
 from __future__ import annotations
 
@@ -73,6 +76,19 @@ class _LSQ:
         J = (T.jacfwd if fl.n <= m else T.jacrev)(g)(xt)
         self.njev += 1
         return J.detach()
+
+    def linearize(self, x):
+        """(J^T r as a flat buffer, v -> J^T J v on flat buffers) at x, recording the residual graph once."""
+        from ..autodiff.curvature import gauss_newton_operator
+        fl = self.flat
+        r, op, jt = gauss_newton_operator(self._r, fl.tree(x))
+        self.njev += 1   # the linearisation (its forward re-runs r at x; counted with the Jacobians)
+        g = fl.cat(flatten(jt(r))[0])
+
+        def apply(v):
+            self.njev += 1
+            return fl.cat(flatten(op(fl.tree(v)))[0])
+        return g, apply
 
     def gn_product(self, x, v):
         from ..autodiff.curvature import gauss_newton_product
@@ -162,7 +178,7 @@ def _run(prob: _LSQ, o, callback, damped=True):
                 g = backend.from_numpy(gnp, dt)
                 diag = np.maximum(np.diag(A).copy(), 1e-300)   # Marquardt: lam scales diag(J^T J)
             else:
-                g = prob.grad(x, r)
+                g, gn_apply = prob.linearize(x)
             st = _stats(g, n, dt)
             gnorm = math.sqrt(st[2])
             need_lin = False
@@ -191,8 +207,8 @@ def _run(prob: _LSQ, o, callback, damped=True):
             negg = backend.empty(n, dt)
             K.axpy(g, -2.0, g, negg, n, dt)
 
-            def apply_A(v, x=x, lam_=lam_):
-                out = prob.gn_product(x, v)
+            def apply_A(v, lam_=lam_, gn_apply=gn_apply):
+                out = gn_apply(v)
                 res = backend.empty(n, dt)
                 K.axpy(out, lam_, v, res, n, dt)
                 return res

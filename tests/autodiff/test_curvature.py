@@ -94,6 +94,13 @@ def test_residual_products_and_gauss_newton():
     np.testing.assert_allclose([jtu["a"].item(), jtu["k"].item()], J.T @ u, rtol=1e-12)
     gn = CV.gauss_newton_product(r, p, v)
     np.testing.assert_allclose([gn["a"].item(), gn["k"].item()], J.T @ J @ np.array([0.3, -1.1]), rtol=1e-12)
+    r0, op, jt = CV.gauss_newton_operator(r, p)
+    for w in (v, {"a": sm.tensor([-2.0]), "k": sm.tensor([0.7])}):
+        gn2 = op(w)
+        wv = np.array([w["a"].item(), w["k"].item()])
+        np.testing.assert_allclose([gn2["a"].item(), gn2["k"].item()], J.T @ J @ wv, rtol=1e-12)
+    jtu = jt(sm.tensor(u))
+    np.testing.assert_allclose([jtu["a"].item(), jtu["k"].item()], J.T @ u, rtol=1e-12)
 
 
 def test_curvature_errors():
