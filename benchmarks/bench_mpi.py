@@ -126,7 +126,8 @@ def worker(args):
                 np.array([statistics.median(times), min(times), statistics.median(t_comm)]), op="max")
             out[f"{name}_{mode}"] = {"step_s": float(med), "min_s": float(best), "allreduce_s": float(comm),
                                      "n_params": int(sum(p.size for p in ps))}
-            dist.print0(f"  [{dist.world_size()} rank(s) x {out['threads']} threads] {name} {mode}: step {med * 1e3:.2f} ms, "
+            dist.print0(f"  [{dist.world_size()} rank(s) x {out['threads']} threads] {name} {mode}: "
+                        f"step {med * 1e3:.2f} ms, "
                         f"all-reduce {comm * 1e3:.2f} ms", file=sys.stderr)
     if dist.is_main() and args.json:
         with open(args.json, "w") as f:

@@ -56,6 +56,99 @@ _sync.def_vjp(lambda g, x, out, weight: (_mean_over_ranks(g, weight=weight),))
 _sync.def_jvp(lambda ts, x, out, weight: ts[0])
 
 
+def _gather_forward(x, counts, offset):
+    n = x.size
+    local = np.ascontiguousarray(backend.to_numpy(x._buf, (n,), x.dtype))
+    out = comm.allgather_buffer(local, counts, f"wrap_residuals: all-gather of {sum(counts)} residuals")
+    return (out if backend.on_host() else backend.from_numpy(out, x.dtype)), (int(sum(counts)),), x.dtype
+
+
+def _gather_vjp(g, x, out, counts, offset):
+    from ..autodiff.ops.shape import getitem
+    return (getitem(g, slice(offset, offset + x.size)),)
+
+
+_gather = Primitive("gather_over_ranks", _gather_forward)  # 1-D local -> 1-D global (rank order)
+_gather.def_vjp(_gather_vjp)
+_gather.def_jvp(lambda ts, x, out, counts, offset: _gather(ts[0], counts=counts, offset=offset))
+_sync_sum = Primitive("sync_sum_over_ranks", lambda x: (x._buf, x.shape, x.dtype))
+_sum_over_ranks = Primitive("sum_over_ranks", lambda x: _sum_forward(x))
+_sync_sum.def_vjp(lambda g, x, out: (_sum_over_ranks(g),))
+_sync_sum.def_jvp(lambda ts, x, out: ts[0])
+_sum_over_ranks.def_vjp(lambda g, x, out: (g,))
+_sum_over_ranks.def_jvp(lambda ts, x, out: _sum_over_ranks(ts[0]))
+
+
+def _sum_forward(x):
+    n = x.size
+    buf = np.array(backend.to_numpy(x._buf, (n,), x.dtype))
+    comm.allreduce_buffer(buf, "sum", f"wrap_residuals: all-reduce of {n} numbers")
+    return (buf if backend.on_host() else backend.from_numpy(buf, x.dtype)), x.shape, x.dtype
+
+
+def wrap_residuals(residual_fn, argnums=0, mean=True):
+    """Make a residual function global for least-squares optimizers (Levenberg-Marquardt, Gauss-Newton).
+
+    Each rank computes the residuals of its own points; the wrapped function returns, on every rank,
+    the 1-D concatenation of all ranks' residuals (rank order), differentiable in both modes: JVPs
+    all-gather the tangents (each rank computes only its rows of the Jacobian) and VJPs sum each rank's
+    contribution, so ``J``, ``J^T J`` and ``J^T r`` are the global ones and every rank takes the same
+    step. Single-process it returns ``residual_fn`` unchanged.
+
+    Args:
+        residual_fn: ``residual_fn(params, *args) -> Tensor`` of this rank's residuals (any shape).
+        argnums: argument(s) holding the replicated parameters.
+        mean: scale by ``1 / sqrt(world_size)`` so that ``0.5 ||r||^2`` is the mean over ranks of the
+            local ``0.5 ||r_local||^2`` (what :func:`wrap_loss` averages); False: the plain concatenation
+            (the residual of the union of all ranks' points).
+
+    Example:
+        >>> LevenbergMarquardt(params).step(dist.wrap_residuals(lambda p: net.apply(p, x_local) - y_local))
+    """
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    if comm.world_size() == 1:
+        return residual_fn
+
+    @functools.wraps(residual_fn)
+    def wrapped(*args, **kwargs):
+        args = list(args)
+        for i in nums:
+            if not -len(args) <= i < len(args):
+                raise ValueError(f"wrap_residuals: argnums={argnums} but the function got {len(args)} positional "
+                                 "argument(s).")
+            args[i] = _synced_sum(args[i])
+        r = residual_fn(*args, **kwargs)
+        if not isinstance(r, Tensor):
+            raise TypeError(f"wrap_residuals: residual_fn must return a Tensor, got {type(r).__name__}.")
+        r = reshape(r, (-1,))
+        counts = comm.allgather_buffer(np.array([r.size], np.int64), [1] * comm.world_size(),
+                                       "wrap_residuals: residual counts")
+        offset = int(counts[:comm.rank()].sum())
+        out = _gather(r, counts=tuple(int(c) for c in counts), offset=offset)
+        return out * (1.0 / math.sqrt(comm.world_size())) if mean else out
+    return wrapped
+
+
+def _synced_sum(tree):
+    leaves, td = flatten(tree)
+    out = []
+    for leaf in leaves:
+        if not isinstance(leaf, Tensor):
+            raise TypeError(f"wrap_residuals: the differentiated argument has a leaf of type {type(leaf).__name__}; "
+                            "expected sciml Tensors.")
+    groups: dict = {}
+    for i, leaf in enumerate(leaves):
+        groups.setdefault(leaf.dtype, []).append(i)
+    out = list(leaves)
+    for idx in groups.values():
+        parts = [reshape(leaves[i], (-1,)) for i in idx]
+        flat = _sync_sum(concat(parts) if len(parts) > 1 else parts[0])
+        pieces = split(flat, list(np.cumsum([p.size for p in parts])[:-1])) if len(parts) > 1 else [flat]
+        for i, p in zip(idx, pieces):
+            out[i] = reshape(p, leaves[i].shape)
+    return unflatten(td, out)
+
+
 def _synced(tree, weight):
     """``tree`` passed through ``_sync``: one flat concatenated vector per float dtype."""
     leaves, td = flatten(tree)

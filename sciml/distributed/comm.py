@@ -92,7 +92,8 @@ def init(backend: str = "auto", timeout: float | None = None, on_timeout: str = 
         timeout = float(env) if env else (_G.timeout if _G.initialized else DEFAULT_TIMEOUT)
     timeout = float(timeout)
     if not timeout > 0:
-        raise ValueError(f"sciml.distributed.init(timeout=...): got {timeout!r}; expected a positive number of seconds.")
+        raise ValueError(f"sciml.distributed.init(timeout=...): got {timeout!r}; expected a positive number of "
+                         "seconds.")
     _G.timeout, _G.on_timeout = timeout, on_timeout
     if _G.initialized:
         return _G.rank, _G.size
@@ -297,6 +298,20 @@ def bcast_buffer(buf: np.ndarray, root: int = 0, what: str = "broadcast") -> np.
     if g.size > 1 and buf.size:
         _collective(what, lambda: g.comm.Bcast(buf, root=root), lambda: g.comm.Ibcast(buf, root=root))
     return buf
+
+
+def allgather_buffer(buf: np.ndarray, counts, what: str = "all_gather") -> np.ndarray:
+    """Concatenation over ranks (in rank order) of every rank's contiguous 1-D numpy ``buf``, whose
+    sizes are ``counts`` (a sequence, one entry per rank); returns a new array on every rank."""
+    g = _ensure()
+    if g.size == 1:
+        return np.array(buf)
+    counts = [int(c) for c in counts]
+    out = np.empty(sum(counts), buf.dtype)
+    displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist()
+    spec = [out, counts, displs, g.MPI._typedict[buf.dtype.char]]  # mpi4py's numpy -> MPI type table
+    _collective(what, lambda: g.comm.Allgatherv(buf, spec), lambda: g.comm.Iallgatherv(buf, spec))
+    return out
 
 
 def bcast_object(obj, root: int = 0):

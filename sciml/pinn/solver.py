@@ -360,7 +360,7 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
             k_prev = k
             if curv:
                 if _is_least_squares(opt):   # Levenberg–Marquardt / Gauss–Newton: residuals
-                    chunk_fn = lambda p: loss.residual_vector(p, w_now())  # noqa: E731
+                    chunk_fn = dist.wrap_residuals(lambda p: loss.residual_vector(p, w_now()))  # all ranks' residuals
                 else:
                     chunk_fn = dist.wrap_loss(lambda p: total(p)[0])  # global mean over MPI ranks
                 res = _curvature_chunk(opt, chunk_fn, steps - k)

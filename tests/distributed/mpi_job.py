@@ -143,6 +143,23 @@ def lbfgs():
     return {k: v.numpy() for k, v in params.items()}, float(res.loss)
 
 
+def levenberg_marquardt():
+    """sciml.optim.LevenbergMarquardt on dist.wrap_residuals (the union of the shards' residuals)."""
+    try:
+        from sciml.models import Parameter
+        from sciml.optim import LevenbergMarquardt
+    except ImportError:
+        return None
+    x, y = dist.shard(global_data())
+
+    def residual(q):
+        h = sm.tanh(x @ q["W0"] + q["b0"])
+        return h @ q["W1"] + q["b1"] - y
+    params = {k: Parameter(v) for k, v in start_params().items()}
+    res = LevenbergMarquardt(params, max_iter=5).step(dist.wrap_residuals(residual, mean=False))
+    return {k: v.numpy() for k, v in params.items()}, float(res.loss)
+
+
 def newton_cg():
     """sciml.optim.NewtonCG (HVPs through wrap_loss inside truncated CG) on the wrapped loss."""
     try:
@@ -206,6 +223,10 @@ def run_train():
     if lb is not None:
         out.update({f"lbfgs_{k}": v for k, v in lb[0].items()})
         out["lbfgs_loss"] = np.asarray(lb[1])
+    lm = levenberg_marquardt()
+    if lm is not None:
+        out.update({f"lm_{k}": v for k, v in lm[0].items()})
+        out["lm_loss"] = np.asarray(lm[1])
     nc = newton_cg()
     if nc is not None:
         out.update({f"newton_{k}": v for k, v in nc[0].items()})

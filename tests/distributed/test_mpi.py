@@ -127,6 +127,16 @@ def test_newton_cg_on_two_ranks_matches_one_rank(two_ranks, one_rank):
 
 
 @needs_mpirun
+def test_levenberg_marquardt_on_wrapped_residuals_matches_one_rank(two_ranks, one_rank):
+    if "lm_loss" not in one_rank:
+        pytest.skip("sciml.optim.LevenbergMarquardt is not available in this tree")
+    for k in ("W0", "b0", "W1", "b1"):
+        np.testing.assert_allclose(two_ranks[f"lm_{k}"], one_rank[f"lm_{k}"], rtol=1e-8, atol=1e-10,
+                                   err_msg=f"Levenberg-Marquardt {k}")
+    np.testing.assert_allclose(two_ranks["lm_loss"], one_rank["lm_loss"], rtol=1e-10)
+
+
+@needs_mpirun
 def test_a_rank_that_leaves_makes_the_other_fail_with_a_timeout_message(tmp_path):
     out = tmp_path / "die.txt"
     r = _mpirun(["die", str(out)], timeout=180)  # the job sets a 3 s timeout once both ranks are up

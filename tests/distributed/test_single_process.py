@@ -84,3 +84,13 @@ def test_communication_primitives_differentiate_to_any_order():
     _, hv_ref = sm.hvp(lambda w, b: (sm.tanh(w) * b.sum()).sum(), (w, b), v)
     for a, r in zip(hv, hv_ref):
         np.testing.assert_allclose(a.numpy(), r.numpy(), rtol=1e-12)
+
+
+def test_residual_primitives_differentiate_to_any_order():
+    def f(w, b):
+        p = dad._synced_sum({"w": w, "b": b})
+        r = sm.reshape(sm.tanh(p["w"]) * p["b"].sum(), (-1,))
+        return dad._gather(r, counts=(r.size,), offset=0) * 1.5
+    w, b = sm.tensor(np.linspace(-1, 1, 6).reshape(2, 3)), sm.tensor([0.3, -0.7])
+    check_grads(f, (w, b), order=2)
+    assert dist.wrap_residuals(f) is f
