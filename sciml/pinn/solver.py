@@ -138,11 +138,28 @@ def _point_counts(problem, points):
     return n_int, [sampling.check_count(int(n), "solve(points=...)") for n in per]
 
 
+def _given_interior(problem, points):
+    """User-given interior points (an (n, dim) array, or under 'interior' in a dict), checked
+    to lie in the domain; None when only counts are given."""
+    arr = points.get("interior") if isinstance(points, dict) else points
+    if isinstance(arr, (int, np.integer)) or arr is None:
+        return None, points
+    x = problem.domain.check_inside(arr, what="solve(points=...)")
+    n = len(x)
+    if isinstance(points, dict):
+        points = {**points, "interior": n}
+    else:
+        points = n
+    return x, points
+
+
 def sample_batch(problem, points, rng, method, dtype):
-    """Sample interior and condition points (a :class:`Batch`)."""
+    """Sample interior and condition points (a :class:`Batch`). ``points`` as in ``solve``;
+    the interior points may also be given as an ``(n, dim)`` array (checked to lie inside)."""
+    given, points = _given_interior(problem, points)
     n_int, per = _point_counts(problem, points)
     n_int, per = dist.local_count(n_int), [dist.local_count(n) for n in per]  # this rank's share (MPI)
-    interior = problem.domain.sample_interior(n_int, rng, method)
+    interior = given if given is not None else problem.domain.sample_interior(n_int, rng, method)
     cond_pts = [c.sample(problem.domain, n, rng, method)
                 for c, n in zip(problem.conditions, per) if not c.hard]
     return Batch(problem, interior, cond_pts, dtype)
@@ -245,7 +262,7 @@ def solve(problem, net, points=4096, stages=None, *, blas_threads=1, **kw):
         net: a network with ``params()`` and ``apply(params, x)`` (``sciml.models.MLP``: the fused
             derivative kernels apply), input width ``domain.dim``, output width ``n_out``.
         points: interior points (int; each condition gets ``max(64, points // 20)`` unless it
-            sets ``points=``), or a dict ``{'interior': 10000, 'boundary': 200, 'initial': 200}``
+            sets ``points=``; or an ``(n, dim)`` array of your own points), or a dict ``{'interior': 10000, 'boundary': 200, 'initial': 200}``
             (keys: ``'interior'``, ``'boundary'`` (default of all conditions), condition names).
         stages: list of ``(optimizer, steps)``; default ``[(Adam(lr=1e-3), 5000), (LBFGS(),
             1000)]``. A step of a curvature optimizer is one of its iterations.

@@ -139,3 +139,16 @@ def test_levenberg_marquardt_and_bfgs_stages():
     t = loss.terms(p)
     v = loss.residual_vector(p, [1.0, 3.0])
     assert 0.5 * float((v * v).sum()) == pytest.approx(float(t[0]) + 3 * float(t[1]), rel=1e-12)
+
+
+def test_given_points_are_used_and_checked():
+    pts = np.linspace(0.05, 0.95, 10)[:, None]
+    r = solve(_poisson(), MLP([1, 8, 1], seed=0), points=pts, stages=[(Adam(), 2)],
+              verbose=False)
+    np.testing.assert_array_equal(r._loss.batch.interior, pts)
+    with pytest.raises(ValueError, match=r"solve\(points=...\): 1 of 2 points lie outside"):
+        solve(_poisson(), MLP([1, 8, 1], seed=0), points=np.array([[0.5], [2.0]]),
+              stages=[(Adam(), 1)], verbose=False)
+    with pytest.raises(ValueError, match=r"expected \(n, 1\)"):
+        solve(_poisson(), MLP([1, 8, 1], seed=0), points={"interior": np.zeros((4, 2))},
+              stages=[(Adam(), 1)], verbose=False)
