@@ -3,7 +3,8 @@
 ``residual(params)`` returns one Tensor of residuals (any shape). Two ways to solve the
 damped normal equations ``(J^T J + lam D) p = -J^T r`` each iteration:
 
-- ``solver="dense"`` (default when n <= 2000): J is formed by forward mode (one JVP per
+- ``solver="dense"`` (``"auto"`` picks it when n <= 2000 and min(n, m) <= 300, m residuals; it
+  works for a few thousand parameters when asked): J is formed by forward mode (one JVP per
   parameter, or one VJP per residual when there are fewer residuals), ``J^T J`` and ``J^T r`` by
   sciml matmuls, and the small (n, n) system is solved with numpy.linalg (LAPACK Cholesky) on
   CPU. D = diag(J^T J) (Marquardt's scaling, as MINPACK), so the method is invariant to the
@@ -35,6 +36,8 @@ from ..kernels import lbfgs as K
 from .result import CurvatureOptimizer, Flat, IterInfo, Result, check_nonneg, check_positive_int
 
 SOLVERS = ("auto", "dense", "cg")
+DENSE_MAX_N = 2000        # "auto" picks the dense path up to this many parameters ...
+DENSE_MAX_PASSES = 300    # ... when the Jacobian costs at most this many JVP / VJP passes
 
 
 class _LSQ:
@@ -157,10 +160,10 @@ def _run(prob: _LSQ, o, callback, damped=True):
     fl, where = prob.flat, o["where"]
     n, dt = fl.n, fl.dtype
     solver = o["solver"]
-    if solver == "auto":
-        solver = "dense" if n <= 2000 else "cg"
     x = fl.x0
     r = prob.r(x)
+    if solver == "auto":   # dense costs min(n, m) passes per linearisation; CG ~2 per product
+        solver = "dense" if n <= DENSE_MAX_N and min(n, r.size) <= DENSE_MAX_PASSES else "cg"
     rb = r._buf
     f = 0.5 * _stats(rb, r.size, dt)[2]
     fl.check_start(f if math.isfinite(f) else math.nan)
@@ -281,7 +284,7 @@ def levenberg_marquardt(residual, params, *, solver="auto", lam=1e-3, max_iter=1
     Args:
         residual: function of a pytree shaped like ``params`` returning a Tensor of residuals.
         params: pytree of float Tensors (or a Module): the start.
-        solver: "dense", "cg" or "auto" (dense up to 2000 parameters).
+        solver: "dense", "cg" or "auto" (dense when n <= 2000 and min(n, m) <= 300).
         lam: initial damping (relative to diag(J^T J) for the dense solver).
         max_iter, max_eval, gtol, ftol, xtol: see the module docstring.
         cg_max, cg_tol: CG iterations per step (default min(n, 100)) and relative residual tolerance.
