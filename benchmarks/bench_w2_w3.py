@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 
@@ -48,7 +47,6 @@ def _params(sm, np_params):
 def w2_step(seed=0):
     """(step function, loss/grad at the initial parameters) for W2 Burgers."""
     sm = _setup()
-    from sciml.optim import Adam
     from sciml.pinn import fused
     d = PC.w2_inputs(seed)
     ni, n0 = len(d["X_int"]), len(d["X_init"])
@@ -166,7 +164,11 @@ def breakdown(step, steps=10):
 def cpu_one_thread(work, tp, warmup, repeat):
     """CPU ms per step with everything on one thread (sciml: serialized Taichi loops and one BLAS
     thread; PyTorch: set_num_threads(1)); process time, so it hardly depends on the machine's load."""
-    from threadpoolctl import threadpool_limits
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        print("  (skipped: needs threadpoolctl)")
+        return []
     from sciml.kernels import _common as C
     from sciml.pinn import fused
     out = []

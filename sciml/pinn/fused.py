@@ -32,7 +32,7 @@ from ..autodiff.backward import needs
 from ..autodiff.ops import linalg as _linalg_ops
 from ..autodiff.ops.reduce import reshape
 from ..autodiff.primitive import Primitive
-from ..autodiff.tensor import Tensor, zeros
+from ..autodiff.tensor import zeros
 from ..autodiff.transforms import jvp, vjp
 from ..kernels import linalg as LK
 from ..kernels import taylor as TK
