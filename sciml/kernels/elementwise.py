@@ -214,7 +214,17 @@ def _binary_funcs():
 
     @ti.func
     def pow_(a, b):
-        return ti.pow(a, b)
+        # SPIR-V's pow is undefined for a < 0 (lavapipe gives NaN even for integral b), so take
+        # |a|^b and restore the sign for odd integral exponents; non-integral b of a < 0 is NaN
+        # on every arch, as in numpy.
+        r = ti.pow(ti.abs(a), b)
+        if a < 0:
+            if b == ti.floor(b):
+                if ti.abs(b - 2.0 * ti.floor(0.5 * b)) > 0.5:
+                    r = -r
+            else:
+                r = ti.pow(a, b)  # NaN
+        return r
 
     @ti.func
     def maximum(a, b):
