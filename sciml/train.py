@@ -108,7 +108,7 @@ class Trainer:
         """
         if not isinstance(loader, DataLoader):
             raise TypeError(f"Trainer.fit: loader is a {type(loader).__name__}; expected sciml.data.DataLoader.")
-        if resume is not None and os.path.exists(resume):
+        if resume is not None and dist.bcast_object(os.path.exists(resume)):  # rank 0 decides (MPI)
             self.load_checkpoint(resume)
         nb = len(loader)
         while self.epoch < epochs:
