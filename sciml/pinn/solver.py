@@ -431,7 +431,9 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
                 _save_checkpoint(checkpoint, params, si, k, weighting.state(), history, opt)
             if stop_stage:
                 if verbose:
-                    print(f"{label}: stopped after {k} steps ({getattr(res, 'message', '')})")
+                    why = getattr(res, "message", "") or ""
+                    why = why.split(": ", 2)[-1] if why.count(": ") >= 2 else why  # drop the chunk's own counts
+                    print(f"{label}: stopped at step {k} of {steps}: {why}")
                 break
         start_step = 0
         if checkpoint:
