@@ -369,5 +369,6 @@ def test_vectorised_float32_tanh_sigmoid_large(n):
 def test_pow_of_negative_base_with_integral_exponent_matches_numpy():
     x = np.array([-2.0, -1.5, 0.0, 1.5])
     for p in (3.0, 4.0, -2.0):
-        np.testing.assert_allclose((sm.tensor(x) ** sm.tensor(np.full(4, p))).numpy(), x ** p)
+        with np.errstate(divide="ignore"):  # 0 ** -2 = inf in both
+            np.testing.assert_allclose((sm.tensor(x) ** sm.tensor(np.full(4, p))).numpy(), x ** p)
     assert np.isnan((sm.tensor([-2.0]) ** sm.tensor([0.5])).numpy()[0])
