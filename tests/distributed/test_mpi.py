@@ -100,8 +100,6 @@ def test_wrapped_loss_gradient_descent_and_hvp_match_one_rank(two_ranks, one_ran
 
 @needs_mpirun
 def test_lbfgs_on_two_ranks_matches_one_rank(two_ranks, one_rank):
-    if "lbfgs_loss" not in one_rank:
-        pytest.skip("sciml.optim.LBFGS is not available in this tree")
     for k in ("W0", "b0", "W1", "b1"):
         np.testing.assert_allclose(two_ranks[f"lbfgs_{k}"], one_rank[f"lbfgs_{k}"], rtol=1e-8, atol=1e-10,
                                    err_msg=f"L-BFGS {k}")
@@ -118,8 +116,6 @@ def test_pinn_solve_on_two_ranks_keeps_ranks_identical_and_its_checkpoint_resume
 
 @needs_mpirun
 def test_newton_cg_on_two_ranks_matches_one_rank(two_ranks, one_rank):
-    if "newton_loss" not in one_rank:
-        pytest.skip("sciml.optim.NewtonCG is not available in this tree")
     for k in ("W0", "b0", "W1", "b1"):
         np.testing.assert_allclose(two_ranks[f"newton_{k}"], one_rank[f"newton_{k}"], rtol=1e-8, atol=1e-10,
                                    err_msg=f"Newton-CG {k}")
@@ -128,8 +124,6 @@ def test_newton_cg_on_two_ranks_matches_one_rank(two_ranks, one_rank):
 
 @needs_mpirun
 def test_levenberg_marquardt_on_wrapped_residuals_matches_one_rank(two_ranks, one_rank):
-    if "lm_loss" not in one_rank:
-        pytest.skip("sciml.optim.LevenbergMarquardt is not available in this tree")
     for k in ("W0", "b0", "W1", "b1"):
         np.testing.assert_allclose(two_ranks[f"lm_{k}"], one_rank[f"lm_{k}"], rtol=1e-8, atol=1e-10,
                                    err_msg=f"Levenberg-Marquardt {k}")
