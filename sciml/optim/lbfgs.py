@@ -233,6 +233,8 @@ def _run(prob, o, callback, hist, make=None):
             err = FloatingPointError(GRAD_NONFINITE.format(where=where, it=it + 1, f=f_new))
             err.result = _result(prob, x, f, gnorm, it, "line_search", o)
             raise err
+        if hasattr(hist, "step_size"):              # dense self-scaled updates need t (s = t d)
+            hist.step_size = t
         s_inf = hist.push(V, x_new, x_cur, g_new, g_cur)
         f_old = f_prev = f
         x, g, f = x_new, g_new, f_new
