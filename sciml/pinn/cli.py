@@ -53,8 +53,13 @@ def add_parser(subparsers):
     p.add_argument("--net", type=_net, default=None, metavar="SPEC",
                    help="hidden layers: WIDTHxDEPTH (32x4) or widths (32,32,32)")
     p.add_argument("--arch", default=None, help="Taichi arch: cpu (default), vulkan, cuda, auto")
-    p.add_argument("--optimizer", default="lbfgs", choices=("lbfgs", "bfgs", "lm"),
-                   help="second stage: L-BFGS, dense self-scaled BFGS or Levenberg-Marquardt")
+    p.add_argument("--optimizer", default=None, choices=("lbfgs", "bfgs", "ssbfgs", "ssbroyden", "lm"),
+                   help="second stage: L-BFGS, dense BFGS (Oren-Luenberger self-scaled), "
+                   "self-scaled BFGS / Broyden (Urban et al. 2024) or Levenberg-Marquardt "
+                   "(default per problem and dtype)")
+    p.add_argument("--loss", default=None, choices=("mse", "sqrt", "log"),
+                   help="what the second stage minimises: the loss L, sqrt(L) or log(L) "
+                   "(default per problem and dtype)")
     p.add_argument("--log-every", type=int, default=None)
     p.add_argument("--quiet", action="store_true", help="only the final lines")
     p.set_defaults(fn=run)
@@ -69,7 +74,7 @@ def run(args):
         sys.stdout = open(os.devnull, "w")
     runtime.init(arch=args.arch, dtype=args.dtype)
     from .problems import get
-    setup = get(args.problem)
+    setup = get(args.problem).for_dtype(args.dtype)   # float64 Burgers has its own recipe
     steps = setup.steps
     if args.steps is not None:
         adam, second = args.steps
@@ -86,14 +91,16 @@ def run(args):
     if args.net is not None:
         sizes = [setup.sizes[0]] + args.net + [setup.sizes[-1]]
     n_int = points["interior"] if isinstance(points, dict) else points
+    optimizer = args.optimizer or setup.optimizer
+    transform = setup.loss_transform if args.loss is None else (None if args.loss == "mse" else args.loss)
     print(f"sciml solve {args.problem}: net {sizes or setup.sizes} {setup.activation}, "
-          f"{n_int} interior points, Adam {steps[0]} + {args.optimizer.upper()} {steps[1]} "
-          f"steps, {args.dtype}, arch {runtime.arch()}"
+          f"{n_int} interior points, Adam {steps[0]} + {optimizer.upper()} {steps[1]} "
+          f"steps" + (f" on {transform}(loss)" if transform else "") + f", {args.dtype}, arch {runtime.arch()}"
           + (f", {dist.world_size()} MPI ranks" if dist.is_distributed() else ""), flush=True)
     t0 = time.perf_counter()
     result = setup.run(steps=steps, points=points, seed=args.seed, dtype=args.dtype, sizes=sizes,
-                       optimizer=args.optimizer, verbose=not args.quiet,
-                       log_every=args.log_every)
+                       optimizer=optimizer, verbose=not args.quiet,
+                       log_every=args.log_every, loss_transform=transform)
     wall = time.perf_counter() - t0
     print(f"relative L2 error: {result.rel_l2:.3e}")
     print(f"max abs error:     {result.errors.get('max_abs', float('nan')):.3e}")

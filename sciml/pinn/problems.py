@@ -28,13 +28,23 @@ class Setup:
         steps: default ``(adam_steps, lbfgs_steps)``.
         lr: Adam learning rate.
         resample: the ``resample`` argument of ``solve``.
+        optimizer: the second stage (``'lbfgs'``, ``'bfgs'``, ``'ssbfgs'``, ``'ssbroyden'``, ``'lm'``).
+        loss_transform: ``solve(loss_transform=...)`` of the second stage (None, ``'sqrt'``, ``'log'``).
+        recipes: dict dtype -> Setup: a different default recipe for that dtype (the float64
+            Burgers recipe), used by :meth:`for_dtype` and ``sciml solve --dtype``.
     """
 
     def __init__(self, problem, sizes, activation, points, steps, lr=1e-3, resample=None,
-                 weights=None):
+                 weights=None, optimizer="lbfgs", loss_transform=None, recipes=None, chunk=50):
         self.problem, self.sizes, self.activation = problem, list(sizes), activation
         self.points, self.steps, self.lr = points, tuple(steps), lr
         self.resample, self.weights = resample, weights
+        self.optimizer, self.loss_transform = optimizer, loss_transform
+        self.recipes, self.chunk = dict(recipes or {}), int(chunk)
+
+    def for_dtype(self, dtype):
+        """The setup to use for ``dtype`` (its recipe if it has one, else itself)."""
+        return self.recipes.get(str(dtype), self)
 
     def net(self, sizes=None, seed=0):
         from ..models import MLP
@@ -42,27 +52,31 @@ class Setup:
         act = getattr(models, self.activation)
         return MLP(sizes or self.sizes, activation=act, seed=seed)
 
-    def stages(self, steps=None, optimizer="lbfgs"):
+    def stages(self, steps=None, optimizer=None):
         from ..optim import LBFGS, Adam
         adam, second = steps or self.steps
+        optimizer = optimizer or self.optimizer
         out = [(Adam(lr=self.lr), int(adam))] if adam else []
+        m = self.chunk
         if second:
             if optimizer == "lbfgs":
-                out.append((LBFGS(history=50, max_iter=50), int(second)))
-            elif optimizer == "bfgs":
+                out.append((LBFGS(history=50, max_iter=m), int(second)))
+            elif optimizer in ("bfgs", "ssbfgs", "ssbroyden"):
                 from ..optim import BFGS
-                out.append((BFGS(self_scaling=True, max_iter=50), int(second)))
+                kw = {"self_scaling": True} if optimizer == "bfgs" else {"update": optimizer}
+                out.append((BFGS(max_iter=m, max_eval=4 * m, **kw), int(second)))
             elif optimizer in ("lm", "levenberg_marquardt"):
                 from ..optim import LevenbergMarquardt
                 out.append((LevenbergMarquardt(max_iter=5), int(second)))
             else:
-                raise ValueError(f"optimizer must be 'lbfgs', 'bfgs' or 'lm', got {optimizer!r}.")
+                raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}.")
         return out
 
-    def run(self, steps=None, points=None, seed=0, dtype=None, sizes=None, optimizer="lbfgs",
+    def run(self, steps=None, points=None, seed=0, dtype=None, sizes=None, optimizer=None,
             **kw):
         from .solver import solve
         net = self.net(sizes, seed)
+        kw.setdefault("loss_transform", self.loss_transform)
         res = kw.pop("resample", self.resample)
         if isinstance(res, dict) and "tail" in res:   # no resampling in the last `tail` steps
             res = dict(res)
@@ -74,6 +88,9 @@ class Setup:
                      stages=self.stages(steps, optimizer), seed=seed, dtype=dtype, **kw)
 
 
+OPTIMIZERS = ("lbfgs", "bfgs", "ssbfgs", "ssbroyden", "lm")
+
+
 def burgers(nu=0.01 / np.pi, hard=True, interior=4096):
     """u_t + u u_x = nu u_xx on [-1, 1] x [0, 1], u(x, 0) = -sin(pi x), u(+-1, t) = 0.
 
@@ -81,6 +98,9 @@ def burgers(nu=0.01 / np.pi, hard=True, interior=4096):
     output, u = -sin(pi x) + t (1 - x^2) N(x, t), so only the PDE residual is trained; the
     interior points are redrawn by RAD every 500 steps (into the shock) except in the last
     3000.
+
+    float64 has its own recipe (``setup.for_dtype('float64')``, what ``sciml solve burgers
+    --dtype float64`` runs), after Urban, Stefanou & Pons 2024: see F64_RECIPE below.
     """
     def residual(u, x, t):
         return d(u, t) + u * d(u, x) - nu * d(u, x, x)
@@ -88,9 +108,18 @@ def burgers(nu=0.01 / np.pi, hard=True, interior=4096):
                  conditions=[Dirichlet(0.0, hard=hard),
                              Initial(lambda x: -np.sin(np.pi * x), hard=hard)],
                  reference=R.burgers_cole_hopf(nu), name="burgers")
+    f64 = Setup(pb, **F64_RECIPE)
     return Setup(pb, [2, 32, 32, 32, 32, 1], "tanh",
                  {"interior": interior, "boundary": 128, "initial": 128}, (1000, 10000),
-                 resample={"method": "rad", "every": 500, "tail": 3000})
+                 resample={"method": "rad", "every": 500, "tail": 3000}, recipes={"float64": f64})
+
+
+# The float64 Burgers recipe: a compact tanh net, the self-scaled Broyden update (dense, the
+# inverse Hessian kept across resamplings), the loss modification sqrt(L), RAD every 500.
+F64_RECIPE = dict(sizes=[2, 20, 20, 20, 1], activation="tanh",
+                  points={"interior": 8192, "boundary": 128, "initial": 128}, steps=(2000, 10000),
+                  resample={"method": "rad", "every": 500, "restart": False},
+                  optimizer="ssbroyden", loss_transform="sqrt", chunk=100)
 
 
 def poisson(k=1):

@@ -277,7 +277,9 @@ def solve(problem, net, points=4096, stages=None, *, blas_threads=1, **kw):
         log_every: print a progress line every this many steps (default: about 20 lines a stage).
         verbose: print progress lines.
         resample: residual-adaptive resampling of the interior points every ``every`` steps
-            (in curvature stages at the end of an optimizer step, which restarts its history):
+            (in curvature stages at the end of an optimizer step, which restarts its history
+            unless ``'restart': False``: a dense BFGS then keeps its inverse-Hessian estimate
+            across the new points, as Urban et al. 2024 do):
             None, ``'rad'``/``'rar'``, or a dict ``{'method': 'rad', 'every': 1000,
             'candidates': 4, 'k': 1, 'c': 1}`` (RAD: Wu et al. 2023) or ``{'method': 'rar',
             'add': 0.1}`` (RAR: add the 10% worst candidates); ``'until': step`` stops
@@ -288,6 +290,10 @@ def solve(problem, net, points=4096, stages=None, *, blas_threads=1, **kw):
             Taichi's otherwise compete for the cores; None leaves numpy's setting).
         path: derivative path, ``'auto'`` (fused when it applies), ``'fused'``, ``'generic'``
             or ``'autodiff'``.
+        loss_transform: what curvature stages (L-BFGS, BFGS, Newton) minimise: None (the loss
+            L itself), ``'sqrt'`` (sqrt L) or ``'log'`` (log L), the loss modification of Urban,
+            Stefanou & Pons 2024: same minimisers, but the quasi-Newton model stays well scaled
+            as L falls by many orders of magnitude. Logged losses are always L.
     Returns:
         :class:`Result`.
     """
@@ -297,7 +303,7 @@ def solve(problem, net, points=4096, stages=None, *, blas_threads=1, **kw):
 
 def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(), checkpoint=None,
            checkpoint_every=1000, resume=True, seed=0, dtype=None, log_every=None, verbose=True,
-           resample=None, method="lhs", path="auto"):
+           resample=None, method="lhs", path="auto", loss_transform=None):
     """Implementation of :func:`solve`."""
     from .. import runtime
     if not isinstance(problem, Problem):
@@ -332,6 +338,7 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
         if verbose:
             print(f"resuming from {checkpoint}: stage {start_stage + 1}, step {start_step}")
     resample = _resample_options(resample)
+    fwd, inv = _loss_transform(loss_transform)
     dist.broadcast_parameters(params)  # under MPI: every rank starts from rank 0's parameters
 
     t0 = time.perf_counter()
@@ -379,13 +386,16 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
                 if _is_least_squares(opt):   # Levenberg–Marquardt / Gauss–Newton: residuals
                     chunk_fn = dist.wrap_residuals(lambda p: loss.residual_vector(p, w_now()))  # all ranks' residuals
                 else:
-                    chunk_fn = dist.wrap_loss(lambda p: total(p)[0])  # global mean over MPI ranks
+                    glob = dist.wrap_loss(lambda p: total(p)[0])  # global mean over MPI ranks
+                    chunk_fn = glob if fwd is None else (lambda p, glob=glob: fwd(glob(p)))
                 res = _curvature_chunk(opt, chunk_fn, steps - k)
                 done = max(int(getattr(res, "iterations", 1)), 0)
                 k += max(done, 1)
                 global_step += max(done, 1)
                 with_log = True
                 value, terms = float(res.loss), dist.all_reduce(loss.terms(params))
+                if fwd is not None and not _is_least_squares(opt):
+                    value = inv(value)
                 if done == 0 or getattr(res, "reason", "") in ("gtol", "ftol", "xtol",
                                                                "line_search", "converged"):
                     stop_stage = True
@@ -406,7 +416,7 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
                                            > (global_step - (k - k_prev)) // resample["every"]):
                 batch = _resample(problem, loss, params, batch, rng, resample, dtype, method)
                 loss = _rebuild(loss, batch)
-                if curv:   # a new objective: restart the curvature history
+                if curv and resample["restart"]:   # a new objective: restart the curvature history
                     opt.bind(leaves_tree)
             if not math.isfinite(value):
                 raise FloatingPointError(f"solve: the loss became {value} at step {global_step} "
@@ -503,7 +513,7 @@ def _resample_options(resample):
         raise TypeError(f"solve(resample=...): expected None, 'rad', 'rar' or a dict, got "
                         f"{type(resample).__name__}.")
     opts = {"method": "rad", "every": 1000, "candidates": 4, "k": 1.0, "c": 1.0, "add": 0.1,
-            "until": None}
+            "until": None, "restart": True}
     bad = set(resample) - set(opts)
     if bad:
         raise ValueError(f"solve(resample=...): unknown option(s) {sorted(bad)}; expected "
@@ -513,6 +523,17 @@ def _resample_options(resample):
         raise ValueError(f"solve(resample=...): method must be 'rad' or 'rar', got "
                          f"{opts['method']!r}.")
     return opts
+
+
+def _loss_transform(name):
+    """(forward, inverse) of ``solve(loss_transform=...)``: None, 'sqrt' or 'log'."""
+    if name is None or name == "none":
+        return None, None
+    if name == "sqrt":
+        return ops.sqrt, lambda v: v * v
+    if name == "log":
+        return ops.log, math.exp
+    raise ValueError(f"solve(loss_transform=...): expected None, 'sqrt' or 'log', got {name!r}.")
 
 
 def _resample(problem, loss, params, batch, rng, opts, dtype, method):

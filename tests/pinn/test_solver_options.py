@@ -1,0 +1,61 @@
+"""solve(loss_transform=...), resample={'restart': False}, the self-scaled BFGS stages and the
+float64 Burgers recipe of the CLI."""
+import numpy as np
+import pytest
+
+import sciml as sm
+from sciml.models import MLP
+from sciml.optim import BFGS, Adam
+from sciml.pinn import Dirichlet, Interval, Problem, d, solve
+
+
+def _poisson():
+    def residual(u, x):
+        return d(u, x, x) + np.pi ** 2 * sm.sin(np.pi * x)
+    return Problem(Interval(0, 1), residual, conditions=[Dirichlet(0.0)],
+                   reference=lambda p: np.sin(np.pi * p[:, 0]))
+
+
+@pytest.mark.parametrize("transform", [None, "sqrt", "log"])
+def test_ssbroyden_stage_with_each_loss_transform(transform):
+    net = MLP([1, 12, 12, 1], activation=sm.tanh, seed=0)
+    r = solve(_poisson(), net, points=48, seed=0, verbose=False, loss_transform=transform,
+              stages=[(Adam(lr=1e-2), 100), (BFGS(update="ssbroyden", max_iter=50), 200)])
+    assert r.rel_l2 < 1e-3, r.rel_l2
+    h = r.history
+    # the logged loss is the loss itself (sum of the terms), whatever the stage minimised
+    np.testing.assert_allclose(h["loss"][-1], h["pde"][-1] + h["dirichlet:boundary"][-1], rtol=1e-6)
+
+
+def test_bad_loss_transform_is_a_clear_error():
+    with pytest.raises(ValueError, match="loss_transform"):
+        solve(_poisson(), MLP([1, 4, 1], seed=0), points=8, stages=[(Adam(), 1)], verbose=False,
+              loss_transform="square")
+
+
+@pytest.mark.parametrize("restart,expect_binds", [(True, 4), (False, 1)])
+def test_resample_restart_controls_the_curvature_history(restart, expect_binds):
+    opt = BFGS(update="ssbroyden", max_iter=10)
+    calls = []
+    orig = opt.bind
+    opt.bind = lambda *a, **k: (calls.append(1), orig(*a, **k))[1]
+    solve(_poisson(), MLP([1, 8, 1], activation=sm.tanh, seed=0), points=32, verbose=False,
+          stages=[(opt, 40)], resample={"method": "rad", "every": 10, "restart": restart})
+    assert len(calls) == expect_binds                 # one bind per stage, plus one per resample
+    if not restart:
+        assert opt._hist.H is not None
+
+
+def test_cli_float64_burgers_uses_the_float64_recipe(capsys):
+    from sciml.cli import main
+    assert main(["solve", "burgers", "--dtype", "float64", "--steps", "2,2", "--points", "64",
+                 "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "net [2, 20, 20, 20, 1]" in out and "SSBROYDEN" in out and "sqrt(loss)" in out
+    assert main(["solve", "burgers", "--dtype", "float64", "--steps", "2,2", "--points", "64",
+                 "--optimizer", "lbfgs", "--loss", "mse", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "LBFGS" in out and "sqrt" not in out
+    from sciml.pinn.problems import get
+    s32 = get("burgers").for_dtype("float32")          # the float32 defaults are unchanged
+    assert s32.sizes == [2, 32, 32, 32, 32, 1] and s32.optimizer == "lbfgs" and s32.steps == (1000, 10000)
