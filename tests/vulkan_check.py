@@ -145,11 +145,52 @@ def main():
     _, hv = sm.hvp(lambda u: (sm.sin(u) * u).sum(), (t(xv),), (v,))
     check("hvp", hv[0], np.diag(2 * np.cos(xv) - xv * np.sin(xv)) @ np.array([0.5, -1.0]), rtol=1e-5, atol=1e-6)
 
+    # fused in-place optimizer kernels (the scalar device kernels; tests/optim covers the CPU paths)
+    _check_optimizers(rng)
+
     if failures:
         print("FAIL on vulkan:\n  " + "\n  ".join(failures))
         return 1
     print(f"OK vulkan: all checks passed on {actual}")
     return 0
+
+
+def _check_optimizers(rng):
+    from sciml.models import Parameter
+    from sciml.optim import SGD, Adagrad, Adam, AdamW, RMSprop
+    n = 3001
+    p0 = rng.standard_normal(n).astype(np.float32)
+    gs = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
+    for cls, kw in ((Adam, dict(lr=0.01)), (Adam, dict(lr=0.01, weight_decay=0.1, clip_norm=1.0)),
+                    (AdamW, dict(lr=0.01, weight_decay=0.1)), (SGD, dict(lr=0.1, momentum=0.9, nesterov=True)),
+                    (RMSprop, dict(lr=0.01, momentum=0.5)), (Adagrad, dict(lr=0.1))):
+        p = Parameter(p0, dtype="float32")
+        opt = cls([p], **kw)
+        want, m, v, b = p0.astype(np.float64), 0.0, 0.0, 0.0
+        for i, g32 in enumerate(gs, start=1):
+            opt.step([t(g32)])
+            g = g32.astype(np.float64)
+            if kw.get("clip_norm"):
+                g = g * min(1.0, kw["clip_norm"] / np.linalg.norm(g))
+            lr, wd = kw["lr"], kw.get("weight_decay", 0.0)
+            if cls is AdamW:
+                want = want * (1 - lr * wd)
+            else:
+                g = g + wd * want
+            if cls in (Adam, AdamW):
+                m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+                want = want - lr * (m / (1 - 0.9 ** i)) / (np.sqrt(v / (1 - 0.999 ** i)) + 1e-8)
+            elif cls is SGD:
+                b = g if i == 1 else 0.9 * b + g
+                want = want - lr * (g + 0.9 * b)
+            elif cls is RMSprop:
+                v = 0.99 * v + 0.01 * g * g
+                b = 0.5 * b + g / (np.sqrt(v) + 1e-8)
+                want = want - lr * b
+            else:
+                v = v + g * g
+                want = want - lr * g / (np.sqrt(v) + 1e-10)
+        check(f"optimizer {cls.__name__} {kw}", p, want, rtol=1e-4, atol=1e-5)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,35 @@
 """Fused, in-place optimizer update kernels (Taichi only; flat buffers in, written in place).
 
-Each optimizer step for one parameter is ONE kernel launch that reads the parameter, its
-gradient and the optimizer's slot buffers once and writes them back: the textbook lines of
-Adam/AdamW, SGD (momentum, Nesterov, weight decay), RMSprop and Adagrad, with a gradient
-scale factor (global-norm clipping) and the step's learning rate passed as scalars.
+Each optimizer step for one parameter is ONE kernel launch (plus a scalar tail launch when the
+size is not a multiple of the vector width) that reads the parameter, its gradient and the
+optimizer's slot buffers once and writes them back: the textbook lines of Adam/AdamW, SGD
+(momentum, Nesterov, weight decay), RMSprop and Adagrad, with a gradient scale factor
+(global-norm clipping) and the step's learning rate passed as scalars.
+
+On CPU the update kernels run on ``ti.Vector`` lanes (4 x float32 / 2 x float64, 16 bytes):
+the flat buffers are passed as vector-typed ndarrays (numpy views ``a.reshape(-1, L)``) and
+the kernel is compiled with Taichi's ``real_matrix_scalarize`` off, so LLVM emits packed SSE
+loads, stores, ``sqrtps`` and ``divps`` instead of scalar code (measured: Adam over W1's 669K
+float32 parameters 1.28 -> ~0.52 ms). The kernel source is the same for scalars and vectors
+(IEEE sqrt and division in either form; LLVM's fast-math contraction may round the two forms
+differently in the last bit). A buffer
+that is not 16-byte aligned, a tensor below ``VEC_MIN`` elements, and devices take the
+scalar kernel. Measured here (2 vCPUs): the serialized loop beat Taichi's parallel-for up to
+~4M float32 elements on this VM (hyper-threaded pair); parallel above ``VEC_SERIAL_BELOW``.
 
 These are the only kernels in sciml that write into their inputs: optimizers own the
 parameter and slot buffers they update (``sciml.models.Parameter``).
 """
 import math
 
+import numpy as np
+
 from . import _common as C
 
 BLOCK = 1024  # elements per parallel iteration (measured: 64 -> 1024 cuts Adam on 400k floats ~2x here)
+LANES = {"float32": 4, "float64": 2}  # 16-byte vectors: SSE width (Taichi's LLVM target here)
+VEC_MIN = 64  # elements: below this the scalar kernel (launch-bound either way)
+VEC_SERIAL_BELOW = 1 << 22  # elements: serialized vector loop below this on CPU (measured, see above)
 
 
 def _loop(serial):
@@ -20,11 +37,17 @@ def _loop(serial):
     return 1 if serial else BLOCK
 
 
-def _build(kind, dtype, serial, plain=False):
+def _build(kind, dtype, serial, plain=False, flags=(), lanes=0):
+    """The update kernel ``kind``. ``lanes`` > 0: the vector form (arrays are ndarrays of
+    ``ti.Vector(lanes)``, ``n`` counts vectors); the body is the same source for both forms."""
     ti = C.ti()
-    A = C.arr(dtype)
     T = C.backend.ti_dtype(dtype)
-    blk = _loop(serial)
+    if lanes:
+        A = ti.types.ndarray(dtype=ti.types.vector(lanes, T), ndim=1)
+        blk = max(BLOCK // lanes, 1)
+    else:
+        A = C.arr(dtype)
+        blk = _loop(serial)
 
     if kind == "adam":
         @ti.kernel
@@ -47,27 +70,30 @@ def _build(kind, dtype, serial, plain=False):
         return k
 
     if kind == "sgd":
+        momentum_on, first, nesterov = flags
+
         @ti.kernel
-        def k(p: A, g: A, buf: A, n: ti.i32, lr: T, momentum: T, damp: T, gscale: T, wd: T,
-              first: ti.i32, nesterov: ti.i32):
+        def k(p: A, g: A, buf: A, n: ti.i32, lr: T, momentum: T, damp: T, gscale: T, wd: T):
             ti.loop_config(serialize=serial)
             for blkid in range((n + blk - 1) // blk):
                 for i in range(blkid * blk, ti.min(n, blkid * blk + blk)):
                     pi = p[i]
                     gi = g[i] * gscale + wd * pi
                     d = gi
-                    if momentum != 0:
+                    if ti.static(momentum_on):
                         b = gi
-                        if first == 0:
+                        if ti.static(not first):
                             b = momentum * buf[i] + (1 - damp) * gi
                         buf[i] = b
                         d = b
-                        if nesterov != 0:
+                        if ti.static(nesterov):
                             d = gi + momentum * b
                     p[i] = pi - lr * d
         return k
 
     if kind == "rmsprop":
+        (momentum_on,) = flags
+
         @ti.kernel
         def k(p: A, g: A, sq: A, buf: A, n: ti.i32, lr: T, alpha: T, eps: T, momentum: T, gscale: T,
               wd: T):
@@ -79,7 +105,7 @@ def _build(kind, dtype, serial, plain=False):
                     s = alpha * sq[i] + (1 - alpha) * gi * gi
                     sq[i] = s
                     d = gi / (ti.sqrt(s) + eps)
-                    if momentum != 0:
+                    if ti.static(momentum_on):
                         d = momentum * buf[i] + d
                         buf[i] = d
                     p[i] = pi - lr * d
@@ -129,31 +155,105 @@ def _build(kind, dtype, serial, plain=False):
     raise ValueError(kind)
 
 
-def _kernel(kind, n, dtype, plain=False):
+def _kernel(kind, n, dtype, plain=False, flags=()):
     serial = C.launch_mode(n)
-    return C.cached(("optim", kind, dtype, serial, plain), lambda: _build(kind, dtype, serial, plain))
+    return C.cached(("optim", kind, dtype, serial, plain, flags), lambda: _build(kind, dtype, serial, plain, flags))
+
+
+class _VecLaunch:
+    """A vector-form update kernel: compiled on its first call with ``real_matrix_scalarize`` off
+    (LLVM vector code), then launched directly with the compiled kernel's argument setters (as
+    ``_common.FastLaunch``, which handles scalar-typed ndarrays only): each array argument is a
+    16-byte-aligned C-contiguous numpy view of shape (m, lanes), passed as an ndarray of m vectors."""
+    __slots__ = ("kernel", "fast", "lanes")
+
+    def __init__(self, kernel, lanes):
+        self.kernel, self.fast, self.lanes = kernel, None, lanes
+
+    def __call__(self, arrays, ptrs, m, scalars):
+        """Run over the first ``m`` vectors of each flat array (``ptrs``: their data addresses)."""
+        if self.fast is not None:
+            return self.fast(ptrs, m, scalars)
+        L = self.lanes
+        views = [a[:m * L].reshape(m, L) for a in arrays]
+        cfg = C.ti().lang.impl.current_cfg()
+        prev = cfg.real_matrix_scalarize
+        cfg.real_matrix_scalarize = False
+        try:
+            self.kernel(*views, m, *scalars)
+        finally:
+            cfg.real_matrix_scalarize = prev
+        self.fast = self._make_fast(views, m, scalars)
+
+    def _make_fast(self, views, m, scalars):
+        import os
+        if os.environ.get("SCIML_SAFE_LAUNCH"):
+            return None
+        from taichi.lang import impl
+        prim = self.kernel._primal
+        tk = prim.compiled_kernels[prim.ensure_compiled(*views, m, *scalars)]
+        prog = impl.get_runtime().prog
+        mk, launch = tk.make_launch_context, prog.launch_kernel
+        ckd = prog.compile_kernel(prog.config(), prog.get_device_caps(), tk)
+        na, nbytes = len(views), self.lanes * views[0].itemsize
+        idx = [(i,) for i in range(na + 1 + len(scalars))]
+
+        def fast(ptrs, m, scalars):
+            c = mk()
+            sh, nb = (m,), m * nbytes
+            for i, a in enumerate(ptrs):
+                c.set_arg_external_array_with_shape(idx[i], a, nb, sh, 0)
+            c.set_arg_int(idx[na], m)  # every update kernel: arrays, the vector count, float scalars
+            for j, s in enumerate(scalars):
+                c.set_arg_float(idx[na + 1 + j], float(s))
+            launch(ckd, c)
+        return fast
+
+
+def _run(kind, arrays, n, dtype, scalars, plain=False, flags=()):
+    """Launch update ``kind`` over ``n`` elements of the flat ``arrays`` (written in place).
+
+    CPU, n >= VEC_MIN, every buffer 16-byte aligned: the vector kernel over the first
+    n - n % lanes elements and the scalar kernel over the rest (views); else the scalar kernel."""
+    L = LANES.get(dtype)
+    if L and n >= VEC_MIN and C.backend.on_host():
+        ptrs = [a.ctypes.data for a in arrays]
+        if not any(q & 15 for q in ptrs):
+            h = n - n % L
+            serial = h < VEC_SERIAL_BELOW
+            key = ("optim_vec", kind, dtype, serial, plain, flags)
+            k = C._cache.get(key)
+            if k is None:
+                k = C._cache[key] = _VecLaunch(_build(kind, dtype, serial, plain, flags, lanes=L), L)
+            k(arrays, ptrs, h // L, scalars)
+            if h == n:
+                return
+            arrays, n = [a[h:n] for a in arrays], n - h
+    _kernel(kind, n, dtype, plain, flags)(*arrays, n, *scalars)
 
 
 def adam(p, g, m, v, n, dtype, lr, b1, b2, eps, bc1, bc2, gscale=1.0, wd=0.0, decoupled_wd=0.0):
     """In place: Adam (L2 weight decay ``wd``; AdamW's decoupled decay as ``decoupled_wd`` = lr*wd)."""
     # p <- p (1 - dwd) - (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps): the textbook line, one division
     plain = gscale == 1.0 and wd == 0.0 and decoupled_wd == 0.0
-    _kernel("adam", n, dtype, plain)(p, g, m, v, n, lr / bc1, b1, b2, eps, 1.0 / math.sqrt(bc2), gscale, wd,
-                              1.0 - decoupled_wd)
+    _run("adam", (p, g, m, v), n, dtype, (lr / bc1, b1, b2, eps, 1.0 / math.sqrt(bc2), gscale, wd,
+                                          1.0 - decoupled_wd), plain)
 
 
 def sgd(p, g, buf, n, dtype, lr, momentum=0.0, dampening=0.0, gscale=1.0, wd=0.0, first=True, nesterov=False):
     """In place: SGD with optional (Nesterov) momentum, PyTorch's formulation."""
-    _kernel("sgd", n, dtype)(p, g, buf if buf is not None else g, n, lr, momentum, dampening, gscale, wd,
-                             int(first), int(nesterov))
+    mom = momentum != 0 and buf is not None
+    _run("sgd", (p, g, buf if mom else g), n, dtype, (lr, momentum, dampening, gscale, wd),
+         flags=(mom, bool(first), bool(nesterov) and mom))
 
 
 def rmsprop(p, g, sq, buf, n, dtype, lr, alpha, eps, momentum=0.0, gscale=1.0, wd=0.0):
-    _kernel("rmsprop", n, dtype)(p, g, sq, buf if buf is not None else sq, n, lr, alpha, eps, momentum, gscale, wd)
+    mom = momentum != 0 and buf is not None
+    _run("rmsprop", (p, g, sq, buf if mom else sq), n, dtype, (lr, alpha, eps, momentum, gscale, wd), flags=(mom,))
 
 
 def adagrad(p, g, s, n, dtype, lr, eps, gscale=1.0, wd=0.0):
-    _kernel("adagrad", n, dtype)(p, g, s, n, lr, eps, gscale, wd)
+    _run("adagrad", (p, g, s), n, dtype, (lr, eps, gscale, wd))
 
 
 def copy(dst, src, n, dtype):
