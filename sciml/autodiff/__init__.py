@@ -4,4 +4,5 @@ from .primitive import Primitive, enable_grad, is_grad_enabled, no_grad
 from .pytree import tree_leaves, tree_map, tree_structure
 from .tensor import (Tensor, arange, as_tensor, eye, full, linspace, ones, ones_like, rand, randn, tensor, zeros,
                      zeros_like)
-from .transforms import grad, hessian, hvp, jacfwd, jacrev, jvp, linearize, stop_gradient, value_and_grad, vjp
+from .transforms import (batched_jvp, grad, hessian, hvp, jacfwd, jacrev, jvp, linearize, stop_gradient,
+                         value_and_grad, vjp)

@@ -101,17 +101,26 @@ def _flat_fn(f, params, where):
     return g, x.detach()
 
 
-def hessian_dense(f, params):
+def hessian_dense(f, params, *, chunk_size=None, method="batched"):
     """Dense Hessian of a scalar ``f`` over the flattened ``params`` (leaves in pytree order,
-    each row-major): a Tensor of shape (n, n). Cost: one backward pass of the gradient graph per
-    row (the forward and the gradient are computed once). Meant for small n (a few thousand).
+    each row-major): a Tensor of shape (n, n). Meant for small n (a few thousand).
+
+    Args:
+        chunk_size: basis vectors per pass for ``method="batched"`` (see :func:`sciml.jacfwd`).
+        method: ``"batched"`` (default): forward over reverse with batched tangents, all rows of a
+            chunk in one pass (``sm.hessian``); ``"rows"``: the forward and the gradient graph once,
+            then one backward pass of the gradient graph per row.
 
     Example:
         >>> hessian_dense(lambda p: (p["a"] ** 2 * p["b"]).sum(), {"a": sm.tensor([1.0]), "b": sm.tensor([2.0])})
         >>> # Tensor([[4., 2.], [2., 0.]])
     """
     from .ops import stack
+    if method not in ("batched", "rows"):
+        raise ValueError(f"hessian_dense: method={method!r}; expected 'batched' or 'rows'.")
     g, x = _flat_fn(f, params, "hessian_dense")
+    if method == "batched":
+        return T.hessian(g, chunk_size=chunk_size)(x).detach()
     n = x.size
     _, pull = T.vjp(T.grad(g), x)
     eye = np.eye(n)

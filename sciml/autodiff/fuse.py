@@ -171,3 +171,9 @@ def _fused_jvp(tangents, *ts, out, fn, key):
     from .transforms import jvp
     tg = tuple(zeros(t.shape, t.dtype) if d is None else d for t, d in zip(ts, tangents))
     return jvp(fn, tuple(ts), tg)[1]
+
+
+@_fused_prim.def_batched_jvp
+def _fused_bjvp(tangents, *ts, out, fn, key):
+    from .transforms import batched_jvp
+    return batched_jvp(fn, tuple(ts), tuple(tangents))[1]

@@ -17,6 +17,7 @@ import itertools
 
 _state = {"grad_enabled": True, "reverse_depth": 0, "create_graph": False}
 _level_counter = itertools.count(1)
+_batched_levels: dict = {}  # level -> [B, elements produced per batch column] (see batched_jvp)
 
 
 class Node:
@@ -66,6 +67,7 @@ class Primitive:
         self.forward = forward
         self.vjp = None
         self.jvp = None
+        self.batched_jvp = None
         self.order = order
 
     def def_vjp(self, rule):
@@ -77,6 +79,13 @@ class Primitive:
         """Register ``rule(tangents, *inputs, out=..., **params) -> tangent of out``.
         ``tangents`` holds a Tensor or None (zero) per input."""
         self.jvp = rule
+        return rule
+
+    def def_batched_jvp(self, rule):
+        """Register the JVP rule for batched tangents: ``rule(tangents, *inputs, out=..., **params)``
+        where each tangent has shape ``(B,) + input.shape`` (or is None = zero) and the result must
+        have shape ``(B,) + out.shape`` (or be None). Primitives without one use a loop over B."""
+        self.batched_jvp = rule
         return rule
 
     def __repr__(self):
@@ -117,9 +126,34 @@ def _jvp_at_level(prim, inputs, params, out, lv):
     if all(t is None for t in ts):
         return None
     stripped = tuple(x._strip(lv) for x in inputs)
+    if _batched_levels and lv in _batched_levels:
+        return _batched_jvp_rule(prim, stripped, ts, params, out, _batched_levels[lv])
     if prim.jvp is not None:
         return prim.jvp(ts, *stripped, out=out, **params)
     return _jvp_by_double_vjp(prim, stripped, ts, params, out)
+
+
+def _batched_jvp_rule(prim, inputs, ts, params, out, info):
+    info[1] += out.size
+    if prim.batched_jvp is not None:
+        return prim.batched_jvp(ts, *inputs, out=out, **params)
+    return _batched_by_loop(prim, inputs, ts, params, out, info[0])
+
+
+def _batched_by_loop(prim, inputs, ts, params, out, nb):
+    """Fallback for a primitive without a batched rule: its unbatched rule once per batch entry."""
+    from .ops import getitem, stack
+    from .tensor import zeros
+    res = []
+    for b in range(nb):
+        tb = tuple(None if t is None else getitem(t, b) for t in ts)
+        if prim.jvp is not None:
+            res.append(prim.jvp(tb, *inputs, out=out, **params))
+        else:
+            res.append(_jvp_by_double_vjp(prim, inputs, tb, params, out))
+    if all(r is None for r in res):
+        return None
+    return stack([zeros(out.shape, out.dtype) if r is None else r for r in res], 0)
 
 
 def _jvp_by_double_vjp(prim, inputs, ts, params, out):

@@ -1,5 +1,6 @@
 """Functional transforms: vjp is the engine; grad, value_and_grad and jacrev wrap it; jvp
-is forward mode (true JVP rules); jacfwd maps jvp; hessian = jacfwd(jacrev); hvp = jvp of grad.
+is forward mode (true JVP rules); batched_jvp pushes B tangents at once (batched JVP rules);
+jacfwd = batched_jvp over chunks of basis vectors; hessian = jacfwd(grad); hvp = jvp of grad.
 
 All take and return pytrees of Tensors. ``has_aux``: if True, ``f`` returns ``(output, aux)``;
 aux is passed through untouched.
@@ -47,6 +48,7 @@ def _watch(x: Tensor) -> Tensor:
 _identity = P.Primitive("identity", lambda x: (x._buf, x.shape, x.dtype))
 _identity.def_vjp(lambda g, x, out: (g,))
 _identity.def_jvp(lambda ts, x, out: ts[0])
+_identity.def_batched_jvp(lambda ts, x, out: ts[0])
 
 
 def _argnums(argnums, nargs, where):
@@ -249,8 +251,151 @@ def _stack_rows(rows, out_shape):
     return reshape(s, tuple(out_shape) + rows[0].shape)
 
 
-def jacfwd(f, argnums=0, has_aux=False):
-    """Jacobian by forward mode: one JVP per input element. Shape ``out.shape + x.shape``."""
+def batched_jvp(f, primals, tangents, has_aux=False):
+    """Forward mode with B tangents at once (a vmap of :func:`jvp` over the tangents).
+
+    Each tangent leaf has shape ``(B,) + primal_leaf.shape`` (one B for all leaves; a None leaf is a
+    zero tangent). Every primitive with a batched JVP rule pushes all B tangents in one pass (for a
+    matmul: one GEMM over the B stacked blocks); a primitive without one loops over B with its
+    ordinary rule. Only the tangents are batched: ``f`` runs once, on the unbatched primals.
+
+    Returns:
+        ``(f(*primals), tangents_out)`` where each output tangent leaf has shape ``(B,) + out.shape``
+        (``+ (aux,)`` with ``has_aux``).
+    Example:
+        >>> x = sm.tensor([1.0, 2.0])
+        >>> sm.batched_jvp(lambda x: x ** 3, (x,), (sm.eye(2),))[1]   # rows of the Jacobian: [[3, 0], [0, 12]]
+    """
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise TypeError("batched_jvp(f, primals, tangents): primals and tangents must be tuples "
+                        "(one entry per argument).")
+    if len(primals) != len(tangents):
+        raise ValueError(f"batched_jvp: {len(primals)} primals but {len(tangents)} tangents.")
+    lv = P.new_level()
+    nb = None
+    args = []
+    for p, t in zip(primals, tangents):
+        pl, pd = flatten(p)
+        tl = [None] * len(pl) if t is None else flatten(t)[0]
+        if len(pl) != len(tl):
+            raise ValueError("batched_jvp: a tangent does not have the structure of its primal.")
+        duals = []
+        for a, b in zip(pl, tl):
+            a = _to_tensor("batched_jvp", a)
+            if b is None:
+                duals.append(a)
+                continue
+            b = as_tensor(b, a.dtype)
+            if b.ndim != a.ndim + 1 or b.shape[1:] != a.shape:
+                raise ValueError(f"batched_jvp: tangent of shape {b.shape} for a primal of shape {a.shape}; "
+                                 f"expected (B,) + {a.shape}.")
+            if nb is None:
+                nb = b.shape[0]
+            elif b.shape[0] != nb:
+                raise ValueError(f"batched_jvp: tangents have batch sizes {nb} and {b.shape[0]}; expected one B.")
+            if b.dtype != a.dtype:
+                raise TypeError(f"batched_jvp: tangent dtype {b.dtype} for a primal of dtype {a.dtype}.")
+            tg = dict(a._tangents or {})
+            tg[lv] = b
+            duals.append(Tensor._make(a._buf, a.shape, a.dtype, a._node, tg))
+        args.append(unflatten(pd, duals))
+    if nb is None:
+        raise ValueError("batched_jvp: every tangent is None; pass at least one (B,) + shape tangent.")
+    info = [nb, 0]
+    P._batched_levels[lv] = info
+    try:
+        res = f(*args)
+    finally:
+        P._batched_levels.pop(lv, None)
+    aux = None
+    if has_aux:
+        res, aux = res
+    leaves, td = flatten(res)
+    outs, touts = [], []
+    for o in leaves:
+        o = as_tensor(o)
+        t = (o._tangents or {}).get(lv)
+        touts.append(zeros((nb,) + o.shape, o.dtype) if t is None else t)
+        outs.append(o._strip(lv) if o._tangents and lv in o._tangents else o)
+    _last_cost[0] = info[1]
+    r = (unflatten(td, outs), unflatten(td, touts))
+    return r + (aux,) if has_aux else r
+
+
+_last_cost = [0]  # elements of tangent output produced per batch column by the last batched_jvp (chunking)
+# default chunking of jacfwd / hessian: the first pass takes FIRST_CHUNK columns; later passes as many as
+# keep the tangent data produced per pass under CHUNK_BUDGET elements (measured on the first pass)
+FIRST_CHUNK = 512
+CHUNK_BUDGET = 1 << 25
+
+
+def jacfwd(f, argnums=0, has_aux=False, *, chunk_size=None, batched=True):
+    """Jacobian by forward mode, shape ``out.shape + x.shape`` (pytree outputs: per leaf).
+
+    Args:
+        chunk_size: tangents pushed per pass (batched tangents, :func:`batched_jvp`). None: the
+            first pass takes ``min(n, FIRST_CHUNK=512)`` basis vectors, later passes as many as keep the
+            tangent data of one pass under ``CHUNK_BUDGET`` (2**25 elements, measured on the first pass).
+        batched: False = the previous path, one unbatched :func:`jvp` per input element.
+    """
+    if not batched:
+        return _jacfwd_loop(f, argnums, has_aux)
+
+    @functools.wraps(f)
+    def wrapped(*args):
+        from .ops import concat, moveaxis, reshape
+        single, nums = _argnums(argnums, len(args), "jacfwd")
+        xs = [_to_tensor("jacfwd", args[i]) for i in nums]
+        if chunk_size is not None and (isinstance(chunk_size, bool) or int(chunk_size) < 1):
+            raise ValueError(f"jacfwd: chunk_size={chunk_size!r}; expected a positive int or None.")
+
+        def g(*diff):
+            full = list(args)
+            for i, d in zip(nums, diff):
+                full[i] = d
+            return f(*full)
+        jacs = []
+        aux = None
+        for k, x in enumerate(xs):
+            n = x.size
+            if n == 0:  # no columns: the Jacobian is empty
+                r = g(*xs)
+                out_leaves, td = flatten(r[0] if has_aux else r)
+                if has_aux:
+                    aux = r[1]
+                jacs.append(unflatten(td, [zeros(o.shape + x.shape, o.dtype) for o in out_leaves]))
+                continue
+            pieces, start = [], 0
+            step = int(chunk_size) if chunk_size is not None else min(n, FIRST_CHUNK)
+            while start < n:
+                c = min(step, n - start)
+                eye = np.zeros((c, n))
+                eye[np.arange(c), start + np.arange(c)] = 1.0
+                basis = tensor(eye.reshape((c,) + x.shape), x.dtype)
+                r = batched_jvp(g, tuple(xs), tuple(basis if j == k else None for j in range(len(xs))),
+                                has_aux=has_aux)
+                if has_aux:
+                    aux = r[2]
+                tl, td = flatten(r[1])
+                out_leaves = flatten(r[0])[0]
+                pieces.append(tl)
+                start += c
+                if chunk_size is None:
+                    step = max(1, min(n, CHUNK_BUDGET // max(_last_cost[0], 1)))
+            leaves = []
+            for i, o in enumerate(out_leaves):
+                parts = [p[i] for p in pieces]
+                j = parts[0] if len(parts) == 1 else concat(parts, 0)           # (n,) + out.shape
+                j = moveaxis(j, 0, -1) if o.ndim else j                          # out.shape + (n,)
+                leaves.append(reshape(j, o.shape + x.shape))
+            jacs.append(unflatten(td, leaves))
+        jac = jacs[0] if single else tuple(jacs)
+        return (jac, aux) if has_aux else jac
+    return wrapped
+
+
+def _jacfwd_loop(f, argnums=0, has_aux=False):
+    """Jacobian by forward mode: one JVP per input element (the unbatched path)."""
     @functools.wraps(f)
     def wrapped(*args):
         from .ops import moveaxis, reshape, stack
@@ -280,20 +425,22 @@ def jacfwd(f, argnums=0, has_aux=False):
     return wrapped
 
 
-def hessian(f, argnums=0, has_aux=False):
+def hessian(f, argnums=0, has_aux=False, *, chunk_size=None, batched=True):
     """Hessian of a scalar-valued function, as a dense Tensor (forward over reverse).
 
     Args:
         f: function returning a scalar Tensor.
         argnums: positional argument(s) to differentiate with respect to (default 0).
         has_aux: if True, ``f`` returns ``(value, aux)`` and the result is ``(H, aux)``.
+        chunk_size, batched: as in :func:`jacfwd` (batched tangents through the gradient's graph:
+            forward over reverse, ``ceil(n / chunk)`` passes; ``batched=False``: one pass per element).
     Returns:
         A function with ``f``'s signature; H has shape ``x.shape + x.shape``.
     Example:
         >>> sm.hessian(lambda x: (x ** 3).sum())(sm.tensor([1.0, 2.0]))   # Tensor([[6., 0.], [0., 12.]])
     """
     g = grad(f, argnums, has_aux=has_aux)
-    return jacfwd(g, argnums, has_aux=has_aux)
+    return jacfwd(g, argnums, has_aux=has_aux, chunk_size=chunk_size, batched=batched)
 
 
 def hvp(f, primals, tangents):

@@ -88,3 +88,23 @@ def norm_axis(name, axis, ndim):
     if len(set(out)) != len(out):
         raise ValueError(f"{name}: repeated axis in {axis}.")
     return tuple(sorted(out))
+
+
+def lift(t, ndim):
+    """A batched tangent ``(B,) + s`` viewed as ``(B,) + (1,) * (ndim - len(s)) + s`` (zero-copy), so that
+    it broadcasts against rank-``ndim`` operands with the batch axis kept in front. None stays None."""
+    if t is None:
+        return None
+    k = ndim - (t.ndim - 1)
+    if k <= 0:
+        return t
+    from .reduce import reshape
+    return reshape(t, t.shape[:1] + (1,) * k + t.shape[1:])
+
+
+def batch_size(ts):
+    """B of the first non-None batched tangent."""
+    for t in ts:
+        if t is not None:
+            return t.shape[0]
+    raise ValueError("batch_size: no tangent")

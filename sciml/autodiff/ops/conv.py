@@ -84,6 +84,20 @@ def _bias_act_jvp(ts, h, b, out, act):
     return t if d is None else t * d
 
 
+@_bias_act.def_batched_jvp
+def _bias_act_bjvp(ts, h, b, out, act):
+    from ._util import lift
+    t = ts[0]
+    if ts[1] is not None:
+        tb = lift(ts[1], out.ndim)
+        t = tb if t is None else t + tb
+        if t.shape[1:] != out.shape:
+            from .reduce import broadcast_to
+            t = broadcast_to(t, t.shape[:1] + out.shape)
+    d = _deriv_from_out(act, out)
+    return t if d is None else t * d
+
+
 def bias_act(h, b, act="identity"):
     """act(h + b) with b broadcast along the last axis, in one fused kernel (its adjoint also one).
 
@@ -152,6 +166,19 @@ def _xent_jvp(ts, x, q, out, reduction):
     return s * (1.0 / rows) if reduction == "mean" else s
 
 
+@_xent.def_batched_jvp
+def _xent_bjvp(ts, x, q, out, reduction):
+    if ts[0] is None:
+        return None
+    rows = x.shape[0]
+    qs = sum(q, -1, keepdims=True)
+    per_row = sum((softmax(x) * qs - q) * ts[0], -1)  # (B, rows)
+    if reduction == "none":
+        return per_row
+    s = sum(per_row, -1)
+    return s * (1.0 / rows) if reduction == "mean" else s
+
+
 def softmax_cross_entropy(logits, q, reduction="mean"):
     """Cross-entropy of target distributions ``q`` (n, C) (rows need not sum to 1) against
     softmax(logits), in one fused kernel: L_r = logsumexp(x_r) sum(q_r) - q_r . x_r.
@@ -205,6 +232,18 @@ _unfold.def_vjp(lambda g, x, out, geom, pad_value: (_fold(g, geom=geom, in_shape
 _unfold.def_jvp(lambda ts, x, out, geom, pad_value: _unfold(ts[0], geom=geom, pad_value=0.0))
 _fold.def_vjp(lambda g, cols, out, geom, in_shape: (_unfold(g, geom=geom, pad_value=0.0),))
 _fold.def_jvp(lambda ts, cols, out, geom, in_shape: _fold(ts[0], geom=geom, in_shape=in_shape))
+
+
+def _merge_batch(t):
+    return reshape(t, (t.shape[0] * t.shape[1],) + t.shape[2:])
+
+
+# batched: the B tangents are B * N images
+_unfold.def_batched_jvp(lambda ts, x, out, geom, pad_value: reshape(
+    _unfold(_merge_batch(ts[0]), geom=geom, pad_value=0.0), ts[0].shape[:1] + out.shape))
+_fold.def_batched_jvp(lambda ts, cols, out, geom, in_shape: reshape(
+    _fold(_merge_batch(ts[0]), geom=geom, in_shape=(ts[0].shape[0] * in_shape[0],) + tuple(in_shape[1:])),
+    ts[0].shape[:1] + out.shape))
 
 
 def _pair(name, v):

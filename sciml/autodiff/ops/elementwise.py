@@ -8,7 +8,7 @@ from ...kernels import elementwise as E
 from ..backward import needs
 from ..primitive import Primitive
 from ..tensor import Tensor, as_tensor, canonical_dtype
-from ._util import broadcast_shapes, check_float, operands
+from ._util import batch_size, broadcast_shapes, check_float, lift, operands
 
 
 # --- unary -------------------------------------------------------------------------------
@@ -33,6 +33,7 @@ def _unary(op, deriv):
     else:
         prim.def_vjp(lambda g, x, out: (g * deriv(x, out),))
         prim.def_jvp(lambda ts, x, out: ts[0] * deriv(x, out))
+    prim.def_batched_jvp(lambda ts, x, out: prim.jvp(ts, x, out=out))  # elementwise: (B,)+s * s broadcasts
 
     def fn(x):
         return prim(_as_float(op, x))
@@ -107,6 +108,10 @@ def _binary(op, vjp, jvp):
     prim.def_vjp(lambda g, x, y, out: tuple(None if r is None else sum_to(r, s.shape)
                                            for r, s in zip(vjp(g, x, y, out), (x, y))))
     prim.def_jvp(jvp)
+    # batched: lift each (B,)+x.shape tangent to rank out.ndim + 1; the rule then broadcasts correctly
+    # and _lin broadcasts the sum to (B,)+out.shape
+    prim.def_batched_jvp(lambda ts, x, y, out: prim.jvp((lift(ts[0], out.ndim), lift(ts[1], out.ndim)), x, y,
+                                                        out=out))
 
     def fn(x, y):
         x, y = operands(op, x, y)
@@ -123,7 +128,10 @@ def _lin(tx, ty, out, fx, fy):
         r = fx(tx)
     if ty is not None:
         r = fy(ty) if r is None else r + fy(ty)
-    return None if r is None else _bcast(r, out.shape)
+    if r is None:
+        return None
+    # unbatched: rank(r) <= rank(out); batched (lifted tangents): rank(r) == rank(out) + 1
+    return _bcast(r, out.shape if r.ndim <= len(out.shape) else r.shape[:1] + out.shape)
 
 
 add = _binary("add", lambda g, x, y, out: (g, g),
@@ -236,6 +244,14 @@ def _where_jvp(ts, c, x, y, out):
     return _bcast(_where(c, tx, ty), out.shape)
 
 
+@_where.def_batched_jvp
+def _where_bjvp(ts, c, x, y, out):
+    nb = batch_size(ts[1:])
+    tx = lift(ts[1], out.ndim) if ts[1] is not None else _zero_like(out)
+    ty = lift(ts[2], out.ndim) if ts[2] is not None else _zero_like(out)
+    return _bcast(_where(c, tx, ty), (nb,) + out.shape)
+
+
 def where(cond, x, y):
     """``x`` where ``cond`` is true, else ``y``, with numpy broadcasting over all three."""
     cond = as_tensor(cond)
@@ -259,6 +275,7 @@ def _astype_forward(x, dtype):
 _astype = Primitive("astype", _astype_forward)
 _astype.def_vjp(lambda g, x, out, dtype: (g.astype(x.dtype) if x.dtype in ("float32", "float64") else None,))
 _astype.def_jvp(lambda ts, x, out, dtype: ts[0].astype(dtype) if dtype in ("float32", "float64") else None)
+_astype.def_batched_jvp(_astype.jvp)
 
 
 def astype(x, dtype):

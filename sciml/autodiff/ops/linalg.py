@@ -67,6 +67,46 @@ def _mm_jvp(ts, a, b, out, ta, tb):
     return r
 
 
+def _bmm_left(t, b, ta, tb):
+    """op(t[i]) @ op(b) for every i of a batched tangent t (B,) + a.shape."""
+    nb = t.shape[0]
+    if b.ndim == 2:
+        if not ta:  # stack the B blocks' rows: one (B m, k) @ op(b) GEMM, zero-copy
+            m, k = t.shape[-2:]
+            r = _mm(reshape(t, (nb * m, k)), b, ta=False, tb=tb)
+            return reshape(r, (nb, m, r.shape[-1]))
+        k, m = t.shape[-2:]
+        n = b.shape[0] if tb else b.shape[1]
+        if m <= n:  # transposing t (B k m) is cheaper than repeating b B times
+            from .shape import transpose
+            return _bmm_left(transpose(t, (0, 2, 1)), b, False, tb)
+    return _mm(t, broadcast_to(b, (nb,) + b.shape), ta=ta, tb=tb)
+
+
+def _bmm_right(a, t, ta, tb):
+    """op(a) @ op(t[i]) for every i of a batched tangent t (B,) + b.shape."""
+    nb = t.shape[0]
+    if a.ndim == 2 and tb:  # (op(a) t_i^T)^T = t_i op(a)^T: one (B n, k) GEMM, then a per-block transpose
+        n, k = t.shape[-2:]
+        m = a.shape[1] if ta else a.shape[0]
+        if m * n <= m * k:
+            from .shape import transpose
+            r = _mm(reshape(t, (nb * n, k)), a, ta=False, tb=not ta)
+            return transpose(reshape(r, (nb, n, m)), (0, 2, 1))
+    return _mm(broadcast_to(a, (nb,) + a.shape), t, ta=ta, tb=tb)
+
+
+@_mm.def_batched_jvp
+def _mm_bjvp(ts, a, b, out, ta, tb):
+    r = None
+    if ts[0] is not None:
+        r = _bmm_left(ts[0], b, ta, tb)
+    if ts[1] is not None:
+        t = _bmm_right(a, ts[1], ta, tb)
+        r = t if r is None else r + t
+    return r
+
+
 def matmul(a, b, transpose_a=False, transpose_b=False):
     """Matrix product with numpy's semantics (1-D vectors, batch broadcasting).
 

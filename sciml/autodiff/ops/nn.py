@@ -34,6 +34,8 @@ _log_softmax.def_jvp(lambda ts, x, out: ts[0] - sum(exp(out) * ts[0], -1, keepdi
 _lse = Primitive("logsumexp", _rows_forward("logsumexp"))
 _lse.def_vjp(lambda g, x, out: (g * exp(x - out),))
 _lse.def_jvp(lambda ts, x, out: sum(ts[0] * exp(x - out), -1, keepdims=True))
+for _p in (_softmax, _log_softmax, _lse):  # row-wise over the last axis: the rules hold with a leading batch axis
+    _p.def_batched_jvp(_p.jvp)
 
 
 def _on_axis(prim, x, axis, name):

@@ -9,7 +9,7 @@ from ...kernels import index as K
 from ...kernels import reduce as R
 from ..primitive import Primitive
 from ..tensor import Tensor, as_tensor
-from ._util import broadcast_shapes, check_float, norm_axis
+from ._util import broadcast_shapes, check_float, lift, norm_axis
 
 
 # --- reshape (zero-copy: tensors are immutable, so the buffer is shared) --------------------
@@ -20,6 +20,7 @@ def _reshape_forward(x, shape):
 _reshape = Primitive("reshape", _reshape_forward)
 _reshape.def_vjp(lambda g, x, out, shape: (_reshape(g, shape=x.shape),))
 _reshape.def_jvp(lambda ts, x, out, shape: _reshape(ts[0], shape=shape))
+_reshape.def_batched_jvp(lambda ts, x, out, shape: _reshape(ts[0], shape=ts[0].shape[:1] + shape))
 
 
 def reshape(x, shape):
@@ -65,6 +66,7 @@ def _broadcast_vjp(g, x, out, shape):
 
 
 _broadcast.def_jvp(lambda ts, x, out, shape: _broadcast(ts[0], shape=shape))
+_broadcast.def_batched_jvp(lambda ts, x, out, shape: _broadcast(lift(ts[0], len(shape)), shape=ts[0].shape[:1] + shape))
 
 
 def broadcast_to(x, shape):
@@ -102,6 +104,7 @@ def _reduce_forward(op):
 _sum1 = Primitive("sum", _reduce_forward("sum"))
 _sum1.def_vjp(lambda g, x, out, axis: (_broadcast(g, shape=x.shape),))
 _sum1.def_jvp(lambda ts, x, out, axis: _sum1(ts[0], axis=axis))
+_sum1.def_batched_jvp(lambda ts, x, out, axis: _sum1(ts[0], axis=axis + 1))
 
 
 def _extremum_mask(x, out):
@@ -121,11 +124,17 @@ def _ext_jvp(ts, x, out, axis):
     return _sum1(ts[0] * m, axis=axis) / _sum1(m, axis=axis)
 
 
+def _ext_bjvp(ts, x, out, axis):
+    m = _extremum_mask(x, out)
+    return _sum1(ts[0] * m, axis=axis + 1) / _sum1(m, axis=axis)
+
+
 _max1 = Primitive("max", _reduce_forward("max"))
 _min1 = Primitive("min", _reduce_forward("min"))
 for _p in (_max1, _min1):
     _p.def_vjp(_ext_vjp)
     _p.def_jvp(_ext_jvp)
+    _p.def_batched_jvp(_ext_bjvp)
 
 
 def _reduce(name, prim, x, axis, keepdims):

@@ -38,6 +38,18 @@ _unview.def_vjp(lambda g, x, out, meta, in_shape: (_view(g, meta=meta, shape=x.s
 _unview.def_jvp(lambda ts, x, out, meta, in_shape: _unview(ts[0], meta=meta, in_shape=in_shape))
 
 
+def _batch_meta(meta, nb, batch_stride):
+    """A view meta (offset, ndim, *shape, *strides) with a leading batch axis of stride ``batch_stride``."""
+    off, nd = meta[0], meta[1]
+    return (off, nd + 1, nb, *meta[2:2 + nd], batch_stride, *meta[2 + nd:])
+
+
+_view.def_batched_jvp(lambda ts, x, out, meta, shape: _view(
+    ts[0], meta=_batch_meta(meta, ts[0].shape[0], x.size), shape=ts[0].shape[:1] + shape))
+_unview.def_batched_jvp(lambda ts, x, out, meta, in_shape: _unview(
+    ts[0], meta=_batch_meta(meta, ts[0].shape[0], math.prod(in_shape)), in_shape=ts[0].shape[:1] + in_shape))
+
+
 def transpose(x, axes=None):
     """Permute axes (reverse them when ``axes`` is None), like numpy.transpose."""
     x = as_tensor(x)
@@ -162,6 +174,33 @@ _scatter_add.def_vjp(lambda g, h, idx, out, rows: (_take(g, idx), None))
 _scatter_add.def_jvp(lambda ts, h, idx, out, rows: _scatter_add(ts[0], idx, rows=rows) if ts[0] is not None else None)
 
 
+def _batch_rows(idx, nb, rows):
+    """Row indices into a (nb * rows, ...) stack: entry (b, i) -> b * rows + (idx[i] mod rows)."""
+    a = idx.numpy().astype(np.int64).reshape(-1) % max(rows, 1)
+    return tensor((np.arange(nb, dtype=np.int64)[:, None] * rows + a[None, :]).astype(np.int32), "int32")
+
+
+@_take.def_batched_jvp
+def _take_bjvp(ts, x, idx, out):
+    t = ts[0]
+    if t is None:
+        return None
+    nb, rows = t.shape[0], x.shape[0]
+    r = _take(reshape(t, (nb * rows,) + x.shape[1:]), _batch_rows(idx, nb, rows))
+    return reshape(r, (nb,) + out.shape)
+
+
+@_scatter_add.def_batched_jvp
+def _scatter_bjvp(ts, h, idx, out, rows):
+    t = ts[0]
+    if t is None:
+        return None
+    nb, rest = t.shape[0], h.shape[idx.ndim:]
+    bidx = reshape(_batch_rows(idx, nb, rows), (nb * idx.size,))
+    r = _scatter_add(reshape(t, (nb * idx.size,) + rest), bidx, rows=nb * rows)
+    return reshape(r, (nb,) + out.shape)
+
+
 def take(x, idx):
     """Rows of ``x`` at integer positions ``idx`` (any shape): result shape ``idx.shape + x.shape[1:]``."""
     x = as_tensor(x)
@@ -213,6 +252,14 @@ def _concat_vjp(g, *xs, out, axis):
 def _concat_jvp(ts, *xs, out, axis):
     from ..tensor import zeros
     return _concat(*[t if t is not None else zeros(x.shape, x.dtype) for t, x in zip(ts, xs)], axis=axis)
+
+
+@_concat.def_batched_jvp
+def _concat_bjvp(ts, *xs, out, axis):
+    from ..tensor import zeros
+    nb = next(t for t in ts if t is not None).shape[0]
+    return _concat(*[t if t is not None else zeros((nb,) + x.shape, x.dtype) for t, x in zip(ts, xs)],
+                   axis=axis + 1)
 
 
 def concat(xs, axis=0):

@@ -1,0 +1,233 @@
+"""Batched forward mode (tangents with a leading batch axis B): batched_jvp equals the stack of B
+unbatched JVPs for every op spec of test_ops (also through each op's VJP rules, i.e. forward over
+reverse), the loop fallback for primitives without a batched rule, and jacfwd / hessian built on it
+against jacrev, the per-basis-vector path and finite differences (float64)."""
+import numpy as np
+import pytest
+
+import sciml as sm
+from sciml.autodiff import curvature as CV
+from sciml.autodiff import primitive as P
+from sciml.autodiff.ops import conv as CO
+
+from test_ops import OPS, _tensors  # noqa: E402  (tests/autodiff is on sys.path: no __init__.py)
+
+NB = 3
+
+
+def _batched_tangents(args, seed):
+    rng = np.random.default_rng(seed)
+    return tuple(sm.tensor(rng.standard_normal((NB,) + a.shape)) for a in args)
+
+
+def _stacked_jvps(f, args, tb):
+    outs = []
+    for b in range(NB):
+        outs.append(sm.jvp(f, args, tuple(sm.tensor(t.numpy()[b]) for t in tb))[1].numpy())
+    return np.stack(outs)
+
+
+def _check_batched(f, args, seed=0, rtol=1e-12, atol=1e-12):
+    tb = _batched_tangents(args, seed)
+    y, ty = sm.batched_jvp(f, args, tb)
+    want = _stacked_jvps(f, args, tb)
+    assert ty.shape == (NB,) + y.shape
+    np.testing.assert_allclose(ty.numpy(), want, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(y.numpy(), f(*args).numpy(), rtol=1e-14, atol=1e-14)
+
+
+DIFF_OPS = [s for s in OPS if s.diff]
+
+
+@pytest.mark.parametrize("spec", DIFF_OPS, ids=str)
+def test_batched_jvp_equals_stacked_jvps(spec):
+    args = _tensors(spec.sample("float64", seed=1), "float64")
+    _check_batched(spec.op, args)
+
+
+@pytest.mark.parametrize("spec", DIFF_OPS, ids=str)
+def test_batched_jvp_through_vjp_rules(spec):
+    """Forward over reverse: the JVPs of the ops that each VJP rule records (what hessian runs)."""
+    args = _tensors(spec.sample("float64", seed=2), "float64")
+    out = spec.op(*args)
+    ct = sm.tensor(np.random.default_rng(5).standard_normal(out.shape))
+
+    def pulled(*a):
+        r = sm.vjp(spec.op, *a)[1](ct)
+        return sm.concat([sm.reshape(g, (-1,)) for g in r]) if len(r) > 1 else r[0]
+    _check_batched(pulled, args, seed=3)
+
+
+def _mlp_loss(w):
+    x = sm.tensor(np.linspace(-1.0, 1.0, 10).reshape(5, 2))
+    W1 = sm.reshape(w[:6], (2, 3))
+    b1 = w[6:9]
+    W2 = sm.reshape(w[9:12], (3, 1))
+    h = sm.tanh(x @ W1 + b1)
+    return ((h @ W2 + w[12]) ** 2).mean()
+
+
+def _rosen(x):
+    return (100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2).sum()
+
+
+def _shapes_fn(x):
+    """Reductions over axes, reshape, transpose, indexing, take, concat, softmax family, where, max."""
+    m = sm.reshape(x, (3, 4))
+    a = sm.sum(sm.sin(m) * m, axis=0)                       # (4,)
+    b = sm.mean(m.T ** 2, axis=1, keepdims=True)            # (4, 1)
+    c = sm.logsumexp(m, axis=0) + sm.log_softmax(m, 1)[1]   # (4,)
+    d = sm.take(m, [2, 0, 2])[:, ::-1] * m[1, :]             # (3, 4)
+    e = sm.concat([m[:, :2], sm.exp(m[:, 2:] * 0.3)], 1)    # (3, 4)
+    f = sm.where(m > 0, m * m, sm.softplus(m))
+    g = sm.max(m * m, axis=1) + sm.var(m, 0)[:3]
+    return (a @ b).sum() + (c * c).sum() + (d * e).sum() + (f @ sm.softmax(m, 0).T).sum() + (g ** 3).sum()
+
+
+FUNCS = [("mlp", _mlp_loss, 13), ("rosenbrock", _rosen, 7), ("shapes", _shapes_fn, 12)]
+
+
+def _fd_hessian(f, x, eps=1e-5):
+    g = sm.grad(f)
+    n = x.size
+    H = np.zeros((n, n))
+    for i in range(n):
+        e = np.zeros(n)
+        e[i] = eps
+        H[:, i] = (g(sm.tensor(x + e)).numpy() - g(sm.tensor(x - e)).numpy()) / (2 * eps)
+    return H
+
+
+@pytest.mark.parametrize("name,f,n", FUNCS, ids=[f[0] for f in FUNCS])
+def test_hessian_matches_finite_differences_and_per_vector_path(name, f, n):
+    x = np.random.default_rng(7).standard_normal(n) * 0.7
+    H = sm.hessian(f)(sm.tensor(x)).numpy()
+    H_loop = sm.hessian(f, batched=False)(sm.tensor(x)).numpy()
+    np.testing.assert_allclose(H, H_loop, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(H, _fd_hessian(f, x), rtol=1e-6, atol=1e-6)
+    for cs in (1, 5):
+        np.testing.assert_allclose(sm.hessian(f, chunk_size=cs)(sm.tensor(x)).numpy(), H, rtol=1e-12, atol=1e-12)
+    Hd = CV.hessian_dense(f, sm.tensor(x)).numpy()
+    Hr = CV.hessian_dense(f, sm.tensor(x), method="rows").numpy()
+    np.testing.assert_allclose(Hd, H, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(Hr, H, rtol=1e-10, atol=1e-10)
+
+
+def test_hessian_dense_pytree_params_and_chunking():
+    p = {"a": sm.tensor([[0.3, -0.2], [0.5, 0.1]]), "b": sm.tensor([0.7, -1.1, 0.4])}
+
+    def f(q):
+        return (sm.tanh(q["a"] @ q["b"][:2]) * q["b"][2]).sum() + (q["a"] ** 3).sum() * (q["b"] ** 2).sum()
+    Hr = CV.hessian_dense(f, p, method="rows").numpy()
+    for cs in (None, 1, 3, 100):
+        np.testing.assert_allclose(CV.hessian_dense(f, p, chunk_size=cs).numpy(), Hr, rtol=1e-11, atol=1e-12)
+    with pytest.raises(ValueError, match="method"):
+        CV.hessian_dense(f, p, method="cols")
+
+
+def test_jacfwd_equals_jacrev_and_finite_differences():
+    def f(x, y):
+        m = sm.reshape(x, (2, 3))
+        return sm.concat([sm.sum(sm.sin(m) * y, 1), sm.reshape(m.T @ sm.exp(m), (-1,))[:4]])
+    x = np.random.default_rng(1).standard_normal(6)
+    y = sm.tensor([0.5, -1.0, 2.0])
+    Jf = sm.jacfwd(f)(sm.tensor(x), y).numpy()
+    Jr = sm.jacrev(f)(sm.tensor(x), y).numpy()
+    assert Jf.shape == (6, 6)
+    np.testing.assert_allclose(Jf, Jr, rtol=1e-12, atol=1e-12)
+    eps = 1e-6
+    fd = np.stack([(f(sm.tensor(x + eps * e), y).numpy() - f(sm.tensor(x - eps * e), y).numpy()) / (2 * eps)
+                   for e in np.eye(6)], -1)
+    np.testing.assert_allclose(Jf, fd, rtol=1e-7, atol=1e-8)
+    # both arguments, matrix-valued input, chunks that do not divide n
+    J0, J1 = sm.jacfwd(f, argnums=(0, 1), chunk_size=4)(sm.tensor(x), y)
+    R0, R1 = sm.jacrev(f, argnums=(0, 1))(sm.tensor(x), y)
+    np.testing.assert_allclose(J0.numpy(), R0.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(J1.numpy(), R1.numpy(), rtol=1e-12, atol=1e-12)
+    A = sm.tensor(np.random.default_rng(2).standard_normal((3, 2)))
+    g = lambda a: sm.tanh(a @ a.T)  # noqa: E731
+    np.testing.assert_allclose(sm.jacfwd(g)(A).numpy(), sm.jacrev(g)(A).numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_jacfwd_has_aux_scalar_output_and_third_order():
+    x = sm.tensor([0.3, -0.8, 1.1])
+    J, aux = sm.jacfwd(lambda v: ((v ** 3).sum(), "tag"), has_aux=True)(x)
+    assert aux == "tag"
+    np.testing.assert_allclose(J.numpy(), 3 * x.numpy() ** 2, rtol=1e-13)
+    # nested batched levels: jacfwd of hessian = third derivative tensor
+    f3 = lambda v: (sm.sin(v) * v[0]).sum()  # noqa: E731
+    T3 = sm.jacfwd(sm.hessian(f3))(x).numpy()
+    T3_loop = sm.jacfwd(sm.hessian(f3, batched=False), batched=False)(x).numpy()
+    np.testing.assert_allclose(T3, T3_loop, rtol=1e-12, atol=1e-12)
+    eps, xv = 1e-5, x.numpy()
+    want = np.stack([(sm.hessian(f3)(sm.tensor(xv + eps * e)).numpy() - sm.hessian(f3)(sm.tensor(xv - eps * e)).numpy())
+                     / (2 * eps) for e in np.eye(3)], -1)
+    np.testing.assert_allclose(T3, want, rtol=1e-6, atol=1e-7)
+
+
+# --- the fallback loop (primitives without a batched rule) -----------------------------------
+def _copy_prim(name, src, jvp):
+    p = sm.Primitive(name, src.forward)
+    p.def_vjp(src.vjp)
+    if jvp:
+        p.def_jvp(src.jvp)
+    return p
+
+
+@pytest.mark.parametrize("with_jvp", [True, False], ids=["jvp_rule", "double_vjp"])
+def test_fallback_loop_for_primitives_without_batched_rule(with_jvp):
+    from sciml.autodiff.ops import elementwise as E
+    from sciml.autodiff.ops import linalg as LA
+    sin2 = _copy_prim("sin_nobatch", E.sin.primitive, with_jvp)
+    mm2 = _copy_prim("mm_nobatch", LA._mm, with_jvp)
+    assert sin2.batched_jvp is None
+    A = sm.tensor(np.random.default_rng(3).standard_normal((4, 3)))
+
+    def f(x):
+        return sin2(mm2(A, sm.reshape(x, (3, 2)), ta=False, tb=False)) * 2.0
+    x = sm.tensor(np.random.default_rng(4).standard_normal(6))
+    _check_batched(f, (x,))
+    g = lambda v: (f(v) ** 2).sum()  # noqa: E731
+    np.testing.assert_allclose(sm.hessian(g)(x).numpy(), sm.hessian(g, batched=False)(x).numpy(),
+                               rtol=1e-11, atol=1e-12)
+
+
+# --- other primitives with batched rules --------------------------------------------------------
+def test_nn_layer_primitives_batched():
+    rng = np.random.default_rng(9)
+    h = sm.tensor(rng.standard_normal((4, 3)))
+    b = sm.tensor(rng.standard_normal(3))
+    for act in ("identity", "tanh", "sigmoid"):
+        _check_batched(lambda h_, b_: CO.bias_act(h_, b_, act), (h, b))
+        _check_batched(lambda h_, b_: sm.vjp(lambda u, v: CO.bias_act(u, v, act) ** 2, h_, b_)[1](
+            sm.ones((4, 3)))[1], (h, b))
+    q = sm.tensor(np.abs(rng.standard_normal((4, 3))))
+    for red in ("mean", "sum", "none"):
+        _check_batched(lambda x: CO.softmax_cross_entropy(x, q, red), (h,))
+    img = sm.tensor(rng.standard_normal((2, 1, 4, 4)))
+    _check_batched(lambda x: CO.unfold(x, 2, stride=1, padding=1) ** 2, (img,))
+    cols = CO.unfold(img, 2)
+    _check_batched(lambda c: CO.fold(c * c, (2, 1, 4, 4), 2), (cols,))
+
+
+def test_fused_primitive_batched():
+    f = sm.fuse(lambda x, y: sm.tanh(x * y) + x)
+    x = sm.tensor(np.linspace(-1, 1, 5))
+    y = sm.tensor(np.linspace(0.5, 2, 5))
+    _check_batched(f, (x, y))
+
+
+def test_batched_jvp_validates_and_keeps_unbatched_jvp_intact():
+    x = sm.tensor([1.0, 2.0])
+    with pytest.raises(ValueError, match=r"\(B,\)"):
+        sm.batched_jvp(sm.sin, (x,), (sm.ones((2, 3)),))
+    with pytest.raises(ValueError, match="one B"):
+        sm.batched_jvp(lambda a, b: a * b, (x, x), (sm.ones((2, 2)), sm.ones((3, 2))))
+    y, ty = sm.batched_jvp(lambda v: v ** 3, (x,), (sm.eye(2),))
+    np.testing.assert_allclose(ty.numpy(), np.diag([3.0, 12.0]))
+    assert not P._batched_levels  # the level is unregistered after the call
+    # an output that does not depend on the input: zero tangents of shape (B,) + out.shape
+    _, tz = sm.batched_jvp(lambda v: sm.ones((4,)), (x,), (sm.eye(2),))
+    assert tz.shape == (2, 4) and not tz.numpy().any()
+    # the ordinary jvp is unchanged
+    np.testing.assert_allclose(sm.jvp(lambda v: v ** 3, (x,), (sm.ones((2,)),))[1].numpy(), [3.0, 12.0])
