@@ -18,6 +18,8 @@ def _info(args):
     print(f"arch     {runtime.arch()}")
     print(f"dtype    {runtime.default_dtype()}")
     print(f"threads  {runtime.num_threads()}")
+    from .kernels import blas
+    print(f"blas     {blas.name()} (CPU dense GEMM; SCIML_BLAS=mkl|numpy)")
     return 0
 
 

@@ -1,7 +1,9 @@
 """Kernel cache and launch policy shared by the kernel modules."""
 from .. import backend, runtime
 
-SERIAL_BELOW = 1 << 16  # elements; below this a CPU loop runs serialized
+SERIAL_WORK = 1 << 18  # cost-weighted elements; below this a CPU loop runs serialized
+SERIAL_BELOW = SERIAL_WORK // 4  # elements, for the default cost (4: a transcendental or two)
+CHEAP = 1  # cost of a load/store-bound op (add, mul, relu, copy, gather)
 BLOCK = 64  # elements per parallel iteration on CPU (one wake-up per row, not per element)
 
 _cache: dict = {}
@@ -104,9 +106,16 @@ def _make_fast(kernel, args):
         return None
 
 
-def launch_mode(n: int) -> bool:
-    """True if a loop over ``n`` elements should run serialized (CPU and small)."""
-    return backend.on_host() and n < SERIAL_BELOW
+def launch_mode(n: int, cost: int = 4) -> bool:
+    """True if a loop over ``n`` elements should run serialized (CPU and small).
+
+    A parallel loop on CPU wakes Taichi's thread pool: measured here (2-core VM, idle,
+    `ti.max(a[i], 0)`) a parallel launch costs ~100 us more than a serial one at any size, and
+    a serial loop of that cheap op breaks even at ~300K elements; an op with two
+    transcendentals (tanh*exp) breaks even at ~65K. ``cost`` is the per-element work in units
+    of the cheap op (``CHEAP`` = 1: add, mul, relu, copy, gather; default 4).
+    """
+    return backend.on_host() and n * cost < SERIAL_WORK
 
 
 def ti():

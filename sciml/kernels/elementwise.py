@@ -104,9 +104,13 @@ VEC = 8  # lanes per iteration of the vectorised variant
 VEC_MIN = 1 << 14  # below this the launch dominates: keep the plain kernel
 
 
+CHEAP_UNARY = frozenset(("neg", "relu", "abs", "square", "sign", "step", "floor", "reciprocal"))
+CHEAP_BINARY = frozenset(("add", "sub", "mul", "div", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge"))
+
+
 def unary(op: str, x, out, n: int, dtype: str):
     """out[i] = op(x[i]) for i < n."""
-    serial = C.launch_mode(n)
+    serial = C.launch_mode(n, C.CHEAP if op in CHEAP_UNARY else 4)
     if op in VEC_OPS and dtype == "float32" and n >= VEC_MIN and C.backend.on_host():
         k = C.cached(("unary_vec", op, serial), lambda: _build_unary_vec(op, serial))
         if k.fast is None:
@@ -306,7 +310,7 @@ def binary(op: str, x, y, out, xs, ys, outs, dtype: str, out_dtype: str):
     """out = op(x, y) with numpy broadcasting; shapes already validated by the caller."""
     n = math.prod(outs)
     mode = binary_mode(xs, ys, outs)
-    serial = C.launch_mode(n)
+    serial = C.launch_mode(n, C.CHEAP if op in CHEAP_BINARY else 4)
     k = C.cached(("binary", op, dtype, out_dtype, mode, serial),
                  lambda: _build_binary(op, dtype, out_dtype, mode, serial))
     if mode == "gen":
@@ -358,7 +362,7 @@ def where(c, x, y, out, cs, xs, ys, outs, dtype: str):
     """out = c ? x : y with broadcasting (c is a uint8 buffer)."""
     from .. import backend
     n = math.prod(outs)
-    serial = C.launch_mode(n)
+    serial = C.launch_mode(n, C.CHEAP)
     same = cs == xs == ys == outs
     k = C.cached(("where", dtype, same, serial), lambda: _build_where(dtype, same, serial))
     if same:
@@ -398,7 +402,7 @@ def _build_where(dtype, same, serial):
 
 def fill(out, value: float, n: int, dtype: str):
     """out[i] = value."""
-    serial = C.launch_mode(n)
+    serial = C.launch_mode(n, C.CHEAP)
     k = C.cached(("fill", dtype, serial), lambda: _build_fill(dtype, serial))
     k(out, value, n)
 
@@ -419,7 +423,7 @@ def _build_fill(dtype, serial):
 
 def cast(x, out, n: int, src: str, dst: str):
     """out[i] = dst(x[i])."""
-    serial = C.launch_mode(n)
+    serial = C.launch_mode(n, C.CHEAP)
     k = C.cached(("cast", src, dst, serial), lambda: _build_cast(src, dst, serial))
     k(x, out, n)
 

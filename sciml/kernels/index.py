@@ -12,14 +12,14 @@ from .. import backend
 
 def strided_gather(x, out, n: int, meta: tuple, dtype: str):
     """out[i] = x[addr(i)] for the strided view ``meta``."""
-    serial = C.launch_mode(n)
+    serial = C.launch_mode(n, 2)  # an index division per axis
     k = C.cached(("sgather", dtype, serial), lambda: _build_strided(dtype, serial, scatter=False))
     k(x, out, n, backend.meta(meta))
 
 
 def strided_scatter(g, out, n: int, meta: tuple, dtype: str):
     """out[addr(i)] = g[i]; addresses must be distinct (basic slices). ``out`` is pre-filled."""
-    serial = C.launch_mode(n)
+    serial = C.launch_mode(n, 2)
     k = C.cached(("sscatter", dtype, serial), lambda: _build_strided(dtype, serial, scatter=True))
     k(g, out, n, backend.meta(meta))
 
@@ -50,7 +50,7 @@ def _build_strided(dtype, serial, scatter):
 def take_rows(x, idx, out, nidx: int, row: int, nrows: int, dtype: str):
     """out[i, :] = x[idx[i], :] (negative indices count from the end; range checked by caller)."""
     n = nidx * row
-    serial = C.launch_mode(n)
+    serial = C.launch_mode(n, C.CHEAP)
     k = C.cached(("take", dtype, serial), lambda: _build_take(dtype, serial, add=False))
     k(x, idx, out, n, row, nrows)
 
@@ -58,7 +58,7 @@ def take_rows(x, idx, out, nidx: int, row: int, nrows: int, dtype: str):
 def scatter_add_rows(g, idx, out, nidx: int, row: int, nrows: int, dtype: str):
     """out[idx[i], :] += g[i, :] (atomic; ``out`` pre-zeroed)."""
     n = nidx * row
-    serial = C.launch_mode(n)
+    serial = C.launch_mode(n, C.CHEAP)
     k = C.cached(("scatter_add", dtype, serial), lambda: _build_take(dtype, serial, add=True))
     k(g, idx, out, n, row, nrows)
 

@@ -3,12 +3,14 @@
 C[b] = op(A[b]) @ op(B[b]) with op = transpose when ``ta``/``tb``; A, B, C contiguous.
 Each parallel iteration computes an 8x4 tile of C in registers, reading 8 values of A and 4
 of B^T per k (B is transposed first, so both operands are read along k). On CPU, dense GEMM
-dispatches to numpy's BLAS (3-10x faster here), the one place sciml routes around Taichi.
+dispatches to BLAS (3-10x faster here): Intel MKL when installed (``kernels/blas.py``), else
+numpy's OpenBLAS; the one place sciml routes around Taichi.
 """
 import numpy as np
 
 from . import _common as C
 from .. import backend
+from . import blas as _blas
 
 TILE_I, TILE_J = 8, 4  # register tile of C (swept here: 8x4 beat 4x4, 4x8, 8x8, 6x8, 4x12)
 DEVICE_MAX_K = 2048
@@ -19,6 +21,12 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
     if use_blas is None:
         use_blas = backend.on_host()
     if use_blas:
+        if _blas.mkl() is not None and dtype in ("float32", "float64") and m * n * k > 0 \
+                and (batch <= 16 or m * n * k >= 1 << 15):  # many tiny GEMMs: numpy's batched loop
+            mk, kn, mn = m * k, k * n, m * n
+            for i in range(batch):
+                _blas.gemm(a[i * mk:(i + 1) * mk], b[i * kn:(i + 1) * kn], out[i * mn:(i + 1) * mn], m, n, k, ta, tb, dtype)
+            return
         if batch == 1:  # 2-D views: numpy's plain GEMM path (a batch of 1 goes through the slower loop)
             A = a[: m * k].reshape((k, m) if ta else (m, k))
             B = b[: k * n].reshape((n, k) if tb else (k, n))

@@ -51,7 +51,7 @@ def reduce(op: str, x, out, outer: int, r: int, inner: int, dtype: str):
         k = C.cached(("reduce_chunks", op, dtype), lambda: _build_chunks(op, dtype))
         k(x, part, outer, r, inner, chunk, nch)
         return reduce(op, part, out, outer, nch, inner, dtype)
-    serial = C.launch_mode(nout * max(r, 1)) or (nout < 4 and host)  # never on devices
+    serial = C.launch_mode(nout * max(r, 1), C.CHEAP) or (nout < 4 and host)  # never on devices
     contig = inner == 1  # rows: a unit-stride inner loop the compiler can unroll
     k = C.cached(("reduce", op, dtype, serial, contig), lambda: _build(op, dtype, serial, contig))
     k(x, out, outer, r, inner)

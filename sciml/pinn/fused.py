@@ -108,6 +108,12 @@ class _Threads:
         self._checked = True
         if not backend.on_host() or (os.cpu_count() or 1) < 2:
             return
+        from ..kernels import blas
+        if blas.available():  # MKL (sciml's GEMM when installed): its own process-wide count
+            import concurrent.futures
+            self.lib = _MKLThreads(blas)
+            self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sciml-gemm")
+            return
         try:
             from threadpoolctl import ThreadpoolController
             libs = ThreadpoolController().select(user_api="blas").lib_controllers
@@ -135,6 +141,19 @@ class _Threads:
         if self._prev is not None:
             self.lib.set_num_threads(self._prev)
             self.active = False
+
+
+class _MKLThreads:
+    """threadpoolctl's controller interface over sciml's MKL binding."""
+
+    def __init__(self, blas):
+        self.blas = blas
+
+    def get_num_threads(self):
+        return self.blas.get_threads()
+
+    def set_num_threads(self, n):
+        self.blas.set_threads(n)
 
 
 _THREADS = _Threads()

@@ -1,0 +1,72 @@
+"""CPU GEMM dispatch: MKL's CBLAS (when installed) and numpy's BLAS give numpy's answer."""
+import numpy as np
+import pytest
+
+import sciml as sm
+from sciml.kernels import blas, linalg
+
+
+@pytest.fixture(params=["mkl", "numpy"])
+def which(request, monkeypatch):
+    if request.param == "mkl" and not blas.available():
+        pytest.skip("MKL not installed")
+    if request.param == "numpy":
+        monkeypatch.setitem(blas._state, "lib", None)
+        monkeypatch.setitem(blas._state, "checked", True)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("batch", [1, 3, 40])
+def test_matmul_dispatch_matches_numpy(which, dtype, ta, tb, batch):
+    sm.init(arch="cpu")
+    rng = np.random.default_rng(batch + 2 * ta + 4 * tb)
+    m, n, k = 7, 5, 9
+    A = rng.standard_normal((batch, k, m) if ta else (batch, m, k)).astype(dtype)
+    B = rng.standard_normal((batch, n, k) if tb else (batch, k, n)).astype(dtype)
+    out = np.full(batch * m * n, np.nan, dtype)
+    linalg.matmul(A.ravel(), B.ravel(), out, batch, m, n, k, ta, tb, dtype, True)
+    ref = np.matmul(A.transpose(0, 2, 1) if ta else A, B.transpose(0, 2, 1) if tb else B)
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(out.reshape(batch, m, n), ref, rtol=tol, atol=tol)
+
+
+def test_matmul_on_offset_views(which):
+    """Buffers that are slices of a larger buffer (the fused PINN path splits GEMMs in halves)."""
+    sm.init(arch="cpu")
+    rng = np.random.default_rng(0)
+    big = rng.standard_normal(1000)
+    a, b = big[13:13 + 6 * 4], big[101:101 + 4 * 3]
+    out = np.zeros(50)
+    linalg.matmul(a, b, out[7:], 1, 6, 3, 4, False, False, "float64", True)
+    np.testing.assert_allclose(out[7:25].reshape(6, 3), a.reshape(6, 4) @ b.reshape(4, 3), rtol=1e-13)
+    assert np.all(out[:7] == 0) and np.all(out[25:] == 0)
+
+
+def test_empty_dimensions(which):
+    sm.init(arch="cpu")
+    x = sm.tensor(np.ones((3, 0)))
+    y = sm.tensor(np.ones((0, 4)))
+    np.testing.assert_array_equal((x @ y).numpy(), np.zeros((3, 4)))
+
+
+def test_bad_choice_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(blas._state, "checked", False)
+    monkeypatch.setitem(blas._state, "lib", None)
+    monkeypatch.setenv("SCIML_BLAS", "openblas")
+    with pytest.raises(ValueError, match="SCIML_BLAS: expected 'auto', 'mkl' or 'numpy', got 'openblas'"):
+        blas.mkl()
+
+
+def test_threads_roundtrip():
+    if not blas.available():
+        pytest.skip("MKL not installed")
+    before = blas.get_threads()
+    blas.set_threads(1)
+    assert blas.get_threads() == 1
+    blas.set_threads(before)
+    assert blas.get_threads() == before
+    with blas.threads(1):
+        pass
