@@ -67,6 +67,61 @@ def test_checkpoint_resume_equals_uninterrupted(tmp_path):
     np.testing.assert_allclose(full.history["loss"], resumed.history["loss"])
 
 
+def _dropout_net():
+    from sciml.models import Dropout, Linear, ReLU, Sequential
+    return Sequential(Linear(3, 16, seed=0), ReLU(), Dropout(0.3, seed=5), Linear(16, 16, seed=1), ReLU(),
+                      Dropout(0.2, seed=6), Linear(16, 2, seed=2))
+
+
+def test_checkpoint_resume_with_dropout_equals_uninterrupted(tmp_path):
+    """The Dropout streams are part of the model state: a resumed run draws the same masks."""
+    def trainer(ck=None, every=None):
+        net = _dropout_net()
+        return Trainer(net, cross_entropy, Adam(net.parameters(), lr=0.05), checkpoint=ck, checkpoint_every=every,
+                       progress=False)
+    full = trainer()
+    full.fit(DataLoader(X, Y, batch_size=10, shuffle=True), epochs=2)
+    part = trainer(tmp_path / "ck.npz", every=5)
+    part.fit(DataLoader(X, Y, batch_size=10, shuffle=True), epochs=2, max_steps=8)  # checkpoint at step 5
+    resumed = trainer(tmp_path / "ck.npz")
+    resumed.fit(DataLoader(X, Y, batch_size=10, shuffle=True), epochs=2, resume=tmp_path / "ck.npz")
+    assert resumed.step == 10
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(full.history["loss"], resumed.history["loss"])
+
+
+def test_model_and_optimizer_state_resume_with_dropout(tmp_path):
+    """N steps uninterrupted == N/2 steps, save model + optimizer, load into fresh objects, N/2 steps."""
+    x, y = sm.tensor(X), Y.astype(np.int32)
+
+    def steps(net, opt, k):
+        vg = sm.value_and_grad(lambda p: cross_entropy(net.apply(p, x), y))
+        for _ in range(k):
+            opt.step(vg(net.params())[1])
+
+    a = _dropout_net()
+    oa = Adam(a.parameters(), lr=0.05)
+    steps(a, oa, 6)
+    b = _dropout_net()
+    ob = Adam(b.parameters(), lr=0.05)
+    steps(b, ob, 3)
+    b.save(tmp_path / "m.npz")
+    osd = ob.state_dict()
+    c = _dropout_net().load(tmp_path / "m.npz")          # fresh objects: streams at their seeds until loaded
+    oc = Adam(c.parameters(), lr=0.05)
+    oc.load_state_dict(osd)
+    steps(c, oc, 3)
+    for p, q in zip(a.parameters(), c.parameters()):
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
+    d = _dropout_net()                                    # without the saved stream the run differs
+    d.load_state_dict({k: v for k, v in b.state_dict().items() if "rng_state" not in k}, strict=False)
+    od = Adam(d.parameters(), lr=0.05)
+    od.load_state_dict(osd)
+    steps(d, od, 3)
+    assert not np.array_equal(a.parameters()[0].numpy(), d.parameters()[0].numpy())
+
+
 def test_nan_loss_raises_with_step():
     net = MLP([3, 4, 1], seed=0)
     tr = Trainer(net, mse, Adam(lr=0.01), progress=False)

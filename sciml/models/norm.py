@@ -110,17 +110,56 @@ def dropout(x, p, rng, training=True):
     return x * tensor(keep / (1.0 - p), x.dtype)
 
 
+def _rng_words(rng) -> np.ndarray:
+    """A PCG64 Generator's full state as 19 integers < 2**16 (exact in float32 and float64):
+    the 128-bit state and increment as 8 16-bit words each, has_uint32, and the buffered uint32
+    as 2 words."""
+    st = rng.bit_generator.state
+    if st["bit_generator"] != "PCG64":  # pragma: no cover - Dropout always makes a PCG64
+        raise TypeError(f"Dropout: cannot checkpoint a {st['bit_generator']} stream; expected PCG64.")
+    s, inc = st["state"]["state"], st["state"]["inc"]
+    words = [(s >> (16 * i)) & 0xFFFF for i in range(8)] + [(inc >> (16 * i)) & 0xFFFF for i in range(8)]
+    u = int(st["uinteger"])
+    words += [int(st["has_uint32"]), u & 0xFFFF, (u >> 16) & 0xFFFF]
+    return np.array(words, dtype=np.float64)
+
+
+def _set_rng_words(rng, words):
+    w = [int(round(float(x))) for x in np.asarray(words).reshape(-1)]
+    if len(w) != 19 or any(not 0 <= x < 1 << 16 for x in w):
+        raise ValueError("Dropout: rng_state does not hold a saved random stream (19 integers in [0, 65536)).")
+    s = sum(x << (16 * i) for i, x in enumerate(w[:8]))
+    inc = sum(x << (16 * i) for i, x in enumerate(w[8:16]))
+    rng.bit_generator.state = {"bit_generator": "PCG64", "state": {"state": s, "inc": inc},
+                               "has_uint32": w[16], "uinteger": w[17] | (w[18] << 16)}
+
+
 class Dropout(Module):
-    """Inverted dropout with its own seeded random stream (``seed``): active in train(), identity in eval()."""
+    """Inverted dropout with its own seeded random stream (``seed``): active in train(), identity in eval().
+
+    The stream's position is the buffer ``rng_state`` (19 integers < 2**16), so ``state_dict()``,
+    ``save``/``load`` and Trainer checkpoints carry it: a resumed run draws the same masks as an
+    uninterrupted one. Loading a state dict into the module moves the stream to the saved position.
+    """
 
     def __init__(self, p=0.5, *, seed=0):
         if not 0.0 <= p < 1.0:
             raise ValueError(f"Dropout: p={p}; expected a probability in [0, 1).")
         self.p = float(p)
         self._rng = np.random.default_rng(seed)
+        self._words = _rng_words(self._rng)
+        self.rng_state = Buffer(self._words)
 
     def forward(self, x):
-        return dropout(x, self.p, self._rng, self.training)
+        if not self.training or self.p == 0:
+            return as_tensor(x)
+        saved = self.rng_state.numpy()
+        if not np.array_equal(saved, self._words):  # a state dict was loaded: continue from its position
+            _set_rng_words(self._rng, saved)
+        y = dropout(x, self.p, self._rng, True)
+        self._words = _rng_words(self._rng)
+        self.rng_state._assign(self._words)
+        return y
 
     def extra_repr(self):
         return f"p={self.p}"
