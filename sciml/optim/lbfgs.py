@@ -301,3 +301,38 @@ class LBFGS(CurvatureOptimizer):
         prob = Flat(loss_fn, values, "LBFGS.step")
         res, self._hist = _run(prob, self._opts, self._callback, self._hist)
         return res
+
+    def _state_arrays(self):
+        """The (s, y) history, so a resumed run continues exactly (empty before the first step)."""
+        h = self._hist
+        if h is None:
+            return {}
+        size = h.m * h.n
+        return {"lbfgs.S": backend.to_numpy(h.S, (size,), h.dt).copy(),
+                "lbfgs.Y": backend.to_numpy(h.Y, (size,), h.dt).copy(),
+                "lbfgs.rho": h.rho.copy(), "lbfgs.slots": np.array(h.slots, np.int64),
+                "lbfgs.gamma": np.array([h.gamma], np.float64), "lbfgs.shape": np.array([h.m, h.n], np.int64)}
+
+    def _load_state_arrays(self, arrays):
+        keys = ("lbfgs.S", "lbfgs.Y", "lbfgs.rho", "lbfgs.slots", "lbfgs.gamma", "lbfgs.shape")
+        present = [k for k in keys if k in arrays]
+        if not present:
+            self._hist = None
+            return
+        if len(present) != len(keys):
+            raise KeyError(f"LBFGS.load_state_dict: missing {sorted(set(keys) - set(present))}; the state dict "
+                           "comes from a different optimizer.")
+        m, n = (int(v) for v in np.asarray(arrays["lbfgs.shape"]))
+        total = sum(p.size for p in self._leaves)
+        if m != self._opts["m"] or n != total:
+            raise ValueError(f"LBFGS.load_state_dict: the history is for history={m} over {n} parameters; this "
+                             f"optimizer has history={self._opts['m']} over {total} parameters.")
+        S = np.asarray(arrays["lbfgs.S"])
+        dt = str(S.dtype)
+        h = _History(m, n, dt)
+        h.S = backend.from_numpy(S.ravel(), dt)
+        h.Y = backend.from_numpy(np.asarray(arrays["lbfgs.Y"], S.dtype).ravel(), dt)
+        h.rho[:] = np.asarray(arrays["lbfgs.rho"], np.float64)
+        h.slots = [int(v) for v in np.asarray(arrays["lbfgs.slots"])]
+        h.gamma = float(np.asarray(arrays["lbfgs.gamma"])[0])
+        self._hist = h
