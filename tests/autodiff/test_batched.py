@@ -231,3 +231,26 @@ def test_batched_jvp_validates_and_keeps_unbatched_jvp_intact():
     assert tz.shape == (2, 4) and not tz.numpy().any()
     # the ordinary jvp is unchanged
     np.testing.assert_allclose(sm.jvp(lambda v: v ** 3, (x,), (sm.ones((2,)),))[1].numpy(), [3.0, 12.0])
+
+
+# --- the row-wise gather / scatter and the expanded general broadcast (large tensors, CPU) ------
+def test_rowwise_views_broadcasts_and_general_binary_on_large_tensors():
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((9, 64, 33))
+    x = sm.tensor(a)
+    cases = [(lambda t: sm.transpose(t, (0, 2, 1)), lambda v: v.transpose(0, 2, 1)),
+             (lambda t: sm.transpose(t, (2, 0, 1)), lambda v: v.transpose(2, 0, 1)),
+             (lambda t: t[:, ::-2, 3:], lambda v: v[:, ::-2, 3:]),
+             (lambda t: t[2:, 1:40, :], lambda v: v[2:, 1:40, :]),
+             (lambda t: sm.broadcast_to(t[0], (5, 64, 33)), lambda v: np.broadcast_to(v[0], (5, 64, 33))),
+             (lambda t: sm.broadcast_to(t[:, :1, :], (9, 64, 33)), lambda v: np.broadcast_to(v[:, :1, :], (9, 64, 33))),
+             (lambda t: t + t[:, :1, :], lambda v: v + v[:, :1, :]),
+             (lambda t: t[:, :1, :] * t, lambda v: v[:, :1, :] * v),
+             (lambda t: t[:, :, :1] - t[:1, :, :], lambda v: v[:, :, :1] - v[:1, :, :])]
+    for op, ref in cases:
+        np.testing.assert_array_equal(op(x).numpy(), ref(a))
+    # the transposes of the views (unview = strided scatter), through reverse mode
+    g = sm.grad(lambda t: (t[:, ::-2, 3:] * sm.tensor(a[:, ::-2, 3:])).sum())(x).numpy()
+    want = np.zeros_like(a)
+    want[:, ::-2, 3:] = a[:, ::-2, 3:]
+    np.testing.assert_array_equal(g, want)

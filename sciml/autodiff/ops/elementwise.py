@@ -98,9 +98,26 @@ def _binary_forward(op, out_dtype=None):
         n = math.prod(shape)
         out = backend.empty(n, od)
         if n:
-            E.binary(op, x._buf, y._buf, out, x.shape, y.shape, shape, x.dtype, od)
+            xb, xs, yb, ys = x._buf, x.shape, y._buf, y.shape
+            if n >= _EXPAND_MIN and backend.on_host() and E.binary_mode(xs, ys, shape) == "gen":
+                # e.g. (B, m, n) + (B, 1, n) of batched tangents: the general-broadcast kernel divides per
+                # axis per element; a row-wise broadcast of the operand(s) plus a same/suffix kernel is ~5x faster
+                yb, ys = _expand(y, shape)
+                if E.binary_mode(xs, ys, shape) == "gen":
+                    xb, xs = _expand(x, shape)
+            E.binary(op, xb, yb, out, xs, ys, shape, x.dtype, od)
         return out, shape, od
     return forward
+
+
+_EXPAND_MIN = 1 << 12
+
+
+def _expand(t, shape):
+    from .reduce import _broadcast_forward
+    if t.shape == shape:
+        return t._buf, t.shape
+    return _broadcast_forward(t, shape)[:2]
 
 
 def _binary(op, vjp, jvp):

@@ -7,6 +7,7 @@ import numbers
 from ... import backend
 from ...kernels import index as K
 from ...kernels import reduce as R
+from ...kernels import rows as KR
 from ..primitive import Primitive
 from ..tensor import Tensor, as_tensor
 from ._util import broadcast_shapes, check_float, lift, norm_axis
@@ -52,7 +53,9 @@ def _broadcast_forward(x, shape):
         xs = (1,) * (r - len(x.shape)) + x.shape
         strides = K.contiguous_strides(xs)
         strides = [0 if xs[d] == 1 and shape[d] != 1 else strides[d] for d in range(r)]
-        K.strided_gather(x._buf, out, n, K.view_meta(0, shape, strides), x.dtype)
+        meta = K.view_meta(0, shape, strides)
+        if not (n >= 1 << 12 and backend.on_host() and KR.gather(x._buf, out, n, meta, x.dtype)):
+            K.strided_gather(x._buf, out, n, meta, x.dtype)
     return out, shape, x.dtype
 
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from ... import backend
 from ...kernels import index as K
+from ...kernels import rows as KR
 from ..primitive import Primitive
 from ..tensor import Tensor, as_tensor, tensor
 from .reduce import reshape
@@ -17,15 +18,18 @@ from .reduce import reshape
 def _view_forward(x, meta, shape):
     n = math.prod(shape)
     out = backend.empty(n, x.dtype)
-    if n:
+    if n and not (n >= _ROWS_MIN and backend.on_host() and KR.gather(x._buf, out, n, meta, x.dtype)):
         K.strided_gather(x._buf, out, n, meta, x.dtype)
     return out, shape, x.dtype
+
+
+_ROWS_MIN = 1 << 12  # views at least this big try the row-wise gather / scatter (CPU)
 
 
 def _unview_forward(g, meta, in_shape):
     n = math.prod(in_shape)
     out = backend.zeros(n, g.dtype)
-    if g.size:
+    if g.size and not (g.size >= _ROWS_MIN and backend.on_host() and KR.scatter(g._buf, out, g.size, meta, g.dtype)):
         K.strided_scatter(g._buf, out, g.size, meta, g.dtype)
     return out, in_shape, g.dtype
 

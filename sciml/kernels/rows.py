@@ -1,0 +1,79 @@
+"""Row-wise strided gather / scatter: the fast path of ``index.strided_gather`` for large views whose
+innermost axis is a run of elements at a fixed stride (transposes, broadcasts, slices of big
+batched tangents).
+
+The view (``[offset, rank, shape..., strides...]`` as in ``index``) is first simplified (size-1
+axes dropped, mergeable neighbours merged); the last axis becomes an inner loop of ``inner``
+elements, so the index division per axis happens once per row instead of once per element
+(measured here: 1.5 -> 0.3 ms for a (321, 64, 16) transpose or broadcast, float32).
+"""
+from . import _common as C
+from .. import backend
+
+MIN_INNER = 8  # shorter inner runs: the per-element kernel is as good
+
+
+def simplify(shape, strides):
+    """Drop size-1 axes and merge axes d, d+1 when stride[d] == stride[d+1] * shape[d+1]."""
+    sh, st = [], []
+    for s, t in zip(shape, strides):
+        if s == 1:
+            continue
+        if sh and st[-1] == t * s:
+            sh[-1] *= s
+            st[-1] = t
+        else:
+            sh.append(s)
+            st.append(t)
+    return sh, st
+
+
+def gather(x, out, n: int, meta: tuple, dtype: str) -> bool:
+    """out[i] = x[addr(i)] like ``index.strided_gather``; returns False (nothing done) when the
+    view's inner run is too short for the row-wise kernel to pay off."""
+    return _run(x, out, n, meta, dtype, False)
+
+
+def scatter(g, out, n: int, meta: tuple, dtype: str) -> bool:
+    """out[addr(i)] = g[i] like ``index.strided_scatter`` (distinct addresses); False = not done."""
+    return _run(g, out, n, meta, dtype, True)
+
+
+def _run(x, out, n, meta, dtype, scat):
+    off, r = meta[0], meta[1]
+    sh, st = simplify(meta[2:2 + r], meta[2 + r:2 + 2 * r])
+    if not sh or sh[-1] < MIN_INNER:
+        return False
+    inner, s_in = sh[-1], st[-1]
+    outer, ost = sh[:-1], st[:-1]
+    rows = n // inner
+    serial = C.launch_mode(n)
+    k = C.cached(("rows_scatter" if scat else "rows_gather", dtype, serial), lambda: _build(dtype, serial, scat))
+    k(x, out, rows, inner, backend.meta((off, len(outer), s_in, *outer, *ost)))
+    return True
+
+
+def _build(dtype, serial, scat):
+    ti = C.ti()
+    A, I = C.arr(dtype), C.arr("int32")
+
+    @ti.kernel
+    def k(x: A, out: A, rows: ti.i32, inner: ti.i32, meta: I):
+        ti.loop_config(serialize=serial)
+        for row in range(rows):
+            r = meta[1]
+            s_in = meta[2]
+            rem, addr = row, meta[0]
+            for j in range(r):
+                d = r - 1 - j
+                s = meta[3 + d]
+                idx = rem % s
+                rem = rem // s
+                addr += idx * meta[3 + r + d]
+            base = row * inner
+            for q in range(inner):
+                if ti.static(scat):
+                    out[addr + q * s_in] = x[base + q]
+                else:
+                    out[base + q] = x[addr + q * s_in]
+    return k
