@@ -25,7 +25,7 @@ import numpy as np
 from .. import backend
 from ..kernels import lbfgs as K
 from .line_search import strong_wolfe
-from .result import CurvatureOptimizer, Flat, IterInfo, Result, check_nonneg, check_positive_int
+from .result import CurvatureOptimizer, Flat, IterInfo, Result, check_nonneg, check_positive_int, budget_spent
 
 ALL_NONFINITE = ("{where}: the loss is not finite at every trial point of the line search at iteration {it} "
                  "(loss at the current point: {f:.6g}). The parameters were left at the last finite point; "
@@ -188,11 +188,8 @@ def _run(prob, o, callback, hist, make=None):
     if gnorm <= gtol:
         reason = "gtol"
     while reason is None:
-        if it >= o["max_iter"]:
-            reason = "max_iter"
-            break
-        if prob.nfev >= o["max_eval"]:
-            reason = "max_eval"
+        reason = budget_spent(it, prob, o)
+        if reason is not None:
             break
         d = backend.empty(n, dt)
         if hist.ready():

@@ -33,7 +33,7 @@ from .. import backend
 from ..autodiff.pytree import flatten
 from ..autodiff.tensor import Tensor
 from ..kernels import lbfgs as K
-from .result import CurvatureOptimizer, Flat, IterInfo, Result, check_nonneg, check_positive_int
+from .result import CurvatureOptimizer, Flat, IterInfo, Result, check_nonneg, check_positive_int, budget_spent
 
 SOLVERS = ("auto", "dense", "cg")
 DENSE_MAX_N = 2000        # "auto" picks the dense path up to this many parameters ...
@@ -188,11 +188,8 @@ def _run(prob: _LSQ, o, callback, damped=True):
             if gnorm <= o["gtol"]:
                 reason = "gtol"
                 break
-        if it >= o["max_iter"]:
-            reason = "max_iter"
-            break
-        if prob.nfev >= o["max_eval"]:
-            reason = "max_eval"
+        reason = budget_spent(it, prob, o)
+        if reason is not None:
             break
         # --- step -----------------------------------------------------------------------------
         if solver == "dense":

@@ -26,7 +26,7 @@ import numpy as np
 from .. import backend
 from ..kernels import lbfgs as K
 from .lbfgs import _options, _run
-from .result import CurvatureOptimizer, Flat, IterInfo, Result, check_positive_int
+from .result import CurvatureOptimizer, Flat, IterInfo, Result, check_positive_int, budget_spent
 
 
 class _NewtonCG:
@@ -296,11 +296,8 @@ def _trust_region_run(prob, o, callback, cg_max, cg_tol, delta0, delta_max):
     if gnorm <= o["gtol"]:
         reason = "gtol"
     while reason is None:
-        if it >= o["max_iter"]:
-            reason = "max_iter"
-            break
-        if prob.nfev >= o["max_eval"]:
-            reason = "max_eval"
+        reason = budget_spent(it, prob, o)
+        if reason is not None:
             break
         eta = cg_tol if cg_tol is not None else min(0.5, math.sqrt(gnorm)) * gnorm
         p, boundary = _steihaug(prob, x, g, gnorm, delta, cg_max, eta, n, dt)

@@ -270,3 +270,12 @@ def check_nonneg(where, name, v):
             or not math.isfinite(v):
         raise ValueError(f"{where}: {name} must be a finite number >= 0; got {v!r}.")
     return float(v)
+
+
+def budget_spent(it, prob, o):
+    """'max_iter' or 'max_eval' when the iteration or evaluation budget of options ``o`` is used up, else None."""
+    if it >= o["max_iter"]:
+        return "max_iter"
+    if prob.nfev >= o["max_eval"]:
+        return "max_eval"
+    return None
