@@ -6,10 +6,10 @@ optimizer's slot buffers once and writes them back: the textbook lines of Adam/A
 (momentum, Nesterov, weight decay), RMSprop and Adagrad, with a gradient scale factor
 (global-norm clipping) and the step's learning rate passed as scalars.
 
-On CPU the update kernels run on ``ti.Vector`` lanes (4 x float32 / 2 x float64, 16 bytes):
-the flat buffers are passed as vector-typed ndarrays (numpy views ``a.reshape(-1, L)``) and
-the kernel is compiled with Taichi's ``real_matrix_scalarize`` off, so LLVM emits packed SSE
-loads, stores, ``sqrtps`` and ``divps`` instead of scalar code (measured: Adam over W1's 669K
+On CPU the update kernels run on ``ti.Vector`` lanes (4 x float32 / 2 x float64, 16 bytes;
+``_vec.py``): the flat buffers are passed as vector-typed ndarrays and the kernel is compiled
+with Taichi's ``real_matrix_scalarize`` off, so LLVM emits packed SSE loads, stores, ``sqrtps``
+and ``divps`` instead of scalar code (measured: Adam over W1's 669K
 float32 parameters 1.28 -> ~0.52 ms). The kernel source is the same for scalars and vectors
 (IEEE sqrt and division in either form; LLVM's fast-math contraction may round the two forms
 differently in the last bit). A buffer
@@ -22,12 +22,10 @@ parameter and slot buffers they update (``sciml.models.Parameter``).
 """
 import math
 
-import numpy as np
-
 from . import _common as C
+from . import _vec as V
 
 BLOCK = 1024  # elements per parallel iteration (measured: 64 -> 1024 cuts Adam on 400k floats ~2x here)
-LANES = {"float32": 4, "float64": 2}  # 16-byte vectors: SSE width (Taichi's LLVM target here)
 VEC_MIN = 64  # elements: below this the scalar kernel (launch-bound either way)
 VEC_SERIAL_BELOW = 1 << 22  # elements: serialized vector loop below this on CPU (measured, see above)
 
@@ -160,72 +158,21 @@ def _kernel(kind, n, dtype, plain=False, flags=()):
     return C.cached(("optim", kind, dtype, serial, plain, flags), lambda: _build(kind, dtype, serial, plain, flags))
 
 
-class _VecLaunch:
-    """A vector-form update kernel: compiled on its first call with ``real_matrix_scalarize`` off
-    (LLVM vector code), then launched directly with the compiled kernel's argument setters (as
-    ``_common.FastLaunch``, which handles scalar-typed ndarrays only): each array argument is a
-    16-byte-aligned C-contiguous numpy view of shape (m, lanes), passed as an ndarray of m vectors."""
-    __slots__ = ("kernel", "fast", "lanes")
-
-    def __init__(self, kernel, lanes):
-        self.kernel, self.fast, self.lanes = kernel, None, lanes
-
-    def __call__(self, arrays, ptrs, m, scalars):
-        """Run over the first ``m`` vectors of each flat array (``ptrs``: their data addresses)."""
-        if self.fast is not None:
-            return self.fast(ptrs, m, scalars)
-        L = self.lanes
-        views = [a[:m * L].reshape(m, L) for a in arrays]
-        cfg = C.ti().lang.impl.current_cfg()
-        prev = cfg.real_matrix_scalarize
-        cfg.real_matrix_scalarize = False
-        try:
-            self.kernel(*views, m, *scalars)
-        finally:
-            cfg.real_matrix_scalarize = prev
-        self.fast = self._make_fast(views, m, scalars)
-
-    def _make_fast(self, views, m, scalars):
-        import os
-        if os.environ.get("SCIML_SAFE_LAUNCH"):
-            return None
-        from taichi.lang import impl
-        prim = self.kernel._primal
-        tk = prim.compiled_kernels[prim.ensure_compiled(*views, m, *scalars)]
-        prog = impl.get_runtime().prog
-        mk, launch = tk.make_launch_context, prog.launch_kernel
-        ckd = prog.compile_kernel(prog.config(), prog.get_device_caps(), tk)
-        na, nbytes = len(views), self.lanes * views[0].itemsize
-        idx = [(i,) for i in range(na + 1 + len(scalars))]
-
-        def fast(ptrs, m, scalars):
-            c = mk()
-            sh, nb = (m,), m * nbytes
-            for i, a in enumerate(ptrs):
-                c.set_arg_external_array_with_shape(idx[i], a, nb, sh, 0)
-            c.set_arg_int(idx[na], m)  # every update kernel: arrays, the vector count, float scalars
-            for j, s in enumerate(scalars):
-                c.set_arg_float(idx[na + 1 + j], float(s))
-            launch(ckd, c)
-        return fast
-
-
 def _run(kind, arrays, n, dtype, scalars, plain=False, flags=()):
     """Launch update ``kind`` over ``n`` elements of the flat ``arrays`` (written in place).
 
     CPU, n >= VEC_MIN, every buffer 16-byte aligned: the vector kernel over the first
     n - n % lanes elements and the scalar kernel over the rest (views); else the scalar kernel."""
-    L = LANES.get(dtype)
+    L = V.LANES.get(dtype)
     if L and n >= VEC_MIN and C.backend.on_host():
-        ptrs = [a.ctypes.data for a in arrays]
-        if not any(q & 15 for q in ptrs):
+        ptrs = V.pointers(arrays)
+        if ptrs is not None:
             h = n - n % L
             serial = h < VEC_SERIAL_BELOW
-            key = ("optim_vec", kind, dtype, serial, plain, flags)
-            k = C._cache.get(key)
-            if k is None:
-                k = C._cache[key] = _VecLaunch(_build(kind, dtype, serial, plain, flags, lanes=L), L)
-            k(arrays, ptrs, h // L, scalars)
+            k = V.cached(("optim_vec", kind, dtype, serial, plain, flags),
+                         lambda: _build(kind, dtype, serial, plain, flags, lanes=L), L)
+            m = h // L
+            k(arrays, ptrs, [m] * len(arrays), (m,) + tuple(scalars))
             if h == n:
                 return
             arrays, n = [a[h:n] for a in arrays], n - h
