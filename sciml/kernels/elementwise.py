@@ -122,7 +122,8 @@ VEC_MIN = 1 << 14  # below this the launch dominates: keep the plain kernel
 
 
 CHEAP_UNARY = frozenset(("neg", "relu", "abs", "square", "sign", "step", "floor", "reciprocal"))
-CHEAP_BINARY = frozenset(("add", "sub", "mul", "div", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge"))
+CHEAP_BINARY = frozenset(("add", "sub", "mul", "div", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+                          "relu_grad", "tanh_grad", "sigmoid_grad", "twice_mul"))
 
 
 def unary(op: str, x, out, n: int, dtype: str):
@@ -267,8 +268,26 @@ def _binary_funcs():
     def ne(a, b):
         return ti.cast(a != b, ti.u8)
 
+    # derivative products: g * f'(x) of a unary op in one pass instead of two
+    @ti.func
+    def relu_grad(a, b):  # a * step(b)
+        return ti.select(b > 0, a, a * 0)  # a * 0 keeps mul-by-step's NaN for non-finite a
+
+    @ti.func
+    def tanh_grad(a, b):  # a * (1 - b^2), b = tanh(x)
+        return a * (1 - b * b)
+
+    @ti.func
+    def sigmoid_grad(a, b):  # a * b * (1 - b), b = sigmoid(x)
+        return a * b * (1 - b)
+
+    @ti.func
+    def twice_mul(a, b):  # 2 a b: the derivative of square
+        return 2 * a * b
+
     return dict(add=add, sub=sub, mul=mul, div=div, pow=pow_, maximum=maximum, minimum=minimum,
-                lt=lt, le=le, gt=gt, ge=ge, eq=eq, ne=ne)
+                lt=lt, le=le, gt=gt, ge=ge, eq=eq, ne=ne, relu_grad=relu_grad, tanh_grad=tanh_grad,
+                sigmoid_grad=sigmoid_grad, twice_mul=twice_mul)
 
 
 COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")

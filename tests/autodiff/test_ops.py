@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import sciml as sm
+from sciml.autodiff.ops import elementwise as _EW
 from sciml.autodiff.ops import linalg as LA
 from sciml.testing import check_grads
 
@@ -88,6 +89,11 @@ OPS = [
     OpSpec("div", sm.div, np.divide, [(3, 4), (4,)], domain=away_from_zero),
     OpSpec("pow", sm.pow, np.power, [(5,), (5,)], domain=positive),
     OpSpec("pow_const", lambda x: x ** 3.0, lambda a: a ** 3.0, [(5,)], order=3),
+    # derivative products (the VJP/JVP kernels of relu, tanh, sigmoid, square)
+    OpSpec("relu_grad", _EW.relu_grad, lambda a, b: a * (b > 0), [(3, 4), (3, 4)], domain=away_from_zero),
+    OpSpec("tanh_grad", _EW.tanh_grad, lambda a, b: a * (1 - b * b), [(3, 4), (4,)], order=3),
+    OpSpec("sigmoid_grad", _EW.sigmoid_grad, lambda a, b: a * b * (1 - b), [(3, 4), (3, 4)], order=3),
+    OpSpec("twice_mul", _EW.twice_mul, lambda a, b: 2 * a * b, [(3, 1), (3, 4)]),
     OpSpec("maximum", sm.maximum, np.maximum, [(3, 4), (3, 4)], order=1),
     OpSpec("minimum", sm.minimum, np.minimum, [(3, 4), (4,)], order=1),
     OpSpec("clip", lambda x: sm.clip(x, -0.5, 0.5), lambda a: np.clip(a, -0.5, 0.5), [(9,)], order=1,

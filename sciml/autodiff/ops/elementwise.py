@@ -24,12 +24,16 @@ def _unary_forward(op):
     return forward
 
 
-def _unary(op, deriv):
-    """A unary primitive whose Jacobian is diag(deriv(x, out)); deriv None = zero derivative."""
+def _unary(op, deriv, times=None):
+    """A unary primitive whose Jacobian is diag(deriv(x, out)); deriv None = zero derivative.
+    ``times(g, x, out)``, if given, computes g * deriv(x, out) in one kernel (a derivative product)."""
     prim = Primitive(op, _unary_forward(op))
     if deriv is None:
         prim.def_vjp(lambda g, x, out: (None,))
         prim.def_jvp(lambda ts, x, out: None)
+    elif times is not None:
+        prim.def_vjp(lambda g, x, out: (times(g, x, out),))
+        prim.def_jvp(lambda ts, x, out: times(ts[0], x, out))
     else:
         prim.def_vjp(lambda g, x, out: (g * deriv(x, out),))
         prim.def_jvp(lambda ts, x, out: ts[0] * deriv(x, out))
@@ -59,13 +63,13 @@ exp = _unary("exp", lambda x, out: out)
 log = _unary("log", lambda x, out: reciprocal(x))
 sin = _unary("sin", lambda x, out: cos(x))
 cos = _unary("cos", lambda x, out: -sin(x))
-tanh = _unary("tanh", lambda x, out: 1.0 - square(out))
-sigmoid = _unary("sigmoid", lambda x, out: out * (1.0 - out))
-relu = _unary("relu", lambda x, out: step(x))
+tanh = _unary("tanh", lambda x, out: 1.0 - square(out), lambda g, x, out: tanh_grad(g, out))
+sigmoid = _unary("sigmoid", lambda x, out: out * (1.0 - out), lambda g, x, out: sigmoid_grad(g, out))
+relu = _unary("relu", lambda x, out: step(x), lambda g, x, out: relu_grad(g, x))
 softplus = _unary("softplus", lambda x, out: sigmoid(x))
 sqrt = _unary("sqrt", lambda x, out: 0.5 * reciprocal(out))
 abs = _unary("abs", lambda x, out: sign(x))
-square = _unary("square", lambda x, out: 2.0 * x)
+square = _unary("square", lambda x, out: 2.0 * x, lambda g, x, out: twice_mul(g, x))
 reciprocal = _unary("reciprocal", lambda x, out: -square(out))
 sign = _unary("sign", None)
 step = _unary("step", None)
@@ -159,6 +163,24 @@ mul = _binary("mul", lambda g, x, y, out: (g * y if needs(0) else None, g * x if
               lambda ts, x, y, out: _lin(*ts, out, lambda t: t * y, lambda t: x * t))
 div = _binary("div", lambda g, x, y, out: (g / y if needs(0) else None, -(g * out) / y if needs(1) else None),
               lambda ts, x, y, out: _lin(*ts, out, lambda t: t / y, lambda t: -(out * t) / y))
+
+
+# derivative products g * f'(.) as one binary kernel each (one pass instead of f' then *); their
+# own rules are sciml ops, so they differentiate to any order
+relu_grad = _binary("relu_grad", lambda g, x, y, out: (relu_grad(g, y) if needs(0) else None, None),
+                    lambda ts, x, y, out: _lin(ts[0], None, out, lambda t: relu_grad(t, y), None))
+twice_mul = _binary("twice_mul", lambda g, x, y, out: (twice_mul(g, y) if needs(0) else None,
+                                                       twice_mul(g, x) if needs(1) else None),
+                    lambda ts, x, y, out: _lin(*ts, out, lambda t: twice_mul(t, y), lambda t: twice_mul(x, t)))
+# tanh_grad(g, y) = g (1 - y^2): d/dg = 1 - y^2, d/dy = -2 g y
+tanh_grad = _binary("tanh_grad", lambda g, x, y, out: (tanh_grad(g, y) if needs(0) else None,
+                                                       -twice_mul(g * x, y) if needs(1) else None),
+                    lambda ts, x, y, out: _lin(*ts, out, lambda t: tanh_grad(t, y), lambda t: -twice_mul(x * y, t)))
+# sigmoid_grad(g, y) = g y (1 - y): d/dg = y (1 - y), d/dy = g (1 - 2 y)
+sigmoid_grad = _binary("sigmoid_grad", lambda g, x, y, out: (sigmoid_grad(g, y) if needs(0) else None,
+                                                             g * x * (1.0 - 2.0 * y) if needs(1) else None),
+                       lambda ts, x, y, out: _lin(*ts, out, lambda t: sigmoid_grad(t, y),
+                                                  lambda t: x * (1.0 - 2.0 * y) * t))
 
 
 def _pow_dx(x, y):
