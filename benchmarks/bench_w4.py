@@ -4,11 +4,13 @@ cross-entropy, batch 256, float32); (b) the full Hessian of a 1-16-16-1 tanh MLP
 same process, seeded inputs from ``benchmarks/peers/common.py``.
 
 sciml: (a) ``sciml.autodiff.curvature.hvp`` (forward over reverse: JVP rules through the
-backward pass) and ``hvp_operator`` (reverse over reverse, graph recording included); (b) ``sciml.autodiff.curvature.hessian_dense`` (forward + gradient graph once,
-then one backward pass of the gradient graph per row), and ``sciml.hessian`` (jacfwd of jacrev)
-for comparison.
+backward pass) and ``hvp_operator`` (reverse over reverse, graph recording included);
+(b) ``sciml.autodiff.curvature.hessian_dense`` and ``sciml.hessian`` (both forward over reverse with
+batched tangents: all 321 basis vectors in one pass), and for comparison the per-basis-vector paths
+``hessian_dense(method="rows")`` (one backward pass of the gradient graph per row) and
+``sm.hessian(batched=False)`` (one JVP of the gradient per column).
 
-    python -m benchmarks.bench_w4 [--repeat 10] [--only W4a|W4b] [--no-peers]
+    python -m benchmarks.bench_w4 [--repeat 10] [--only W4a|W4b] [--no-peers] [--no-baselines]
 """
 from __future__ import annotations
 
@@ -72,7 +74,7 @@ def w4a(repeat):
     return out
 
 
-def w4b(repeat):
+def w4b(repeat, fast=False):
     sm = _sm()
     from sciml.autodiff import curvature as CV
     d = PC.w4b_inputs(0, np.float32)
@@ -92,11 +94,19 @@ def w4b(repeat):
 
     H = CV.hessian_dense(loss_flat, theta).numpy().astype(np.float64)
     s = peers.timeit_samples(lambda: CV.hessian_dense(loss_flat, theta).numpy(), 1, repeat)
-    out = [peers.make_result("sciml/W4b_hessian_dense_rows", s, n_params=theta.size,
+    out = [peers.make_result("sciml/W4b_hessian_dense_batched", s, n_params=theta.size,
                              hess_fro=float(np.linalg.norm(H)), hess_asym=float(np.abs(H - H.T).max()),
                              dtype="float32")]
-    s = peers.timeit_samples(lambda: sm.hessian(loss_flat)(theta).numpy(), 0, max(2, repeat // 4))
-    out.append(peers.make_result("sciml/W4b_hessian_jacfwd_jacrev", s, n_params=theta.size, dtype="float32"))
+    s = peers.timeit_samples(lambda: sm.hessian(loss_flat)(theta).numpy(), 1, repeat)
+    out.append(peers.make_result("sciml/W4b_sm_hessian_batched", s, n_params=theta.size, dtype="float32"))
+    if not fast:  # the per-basis-vector paths (before batched tangents), for comparison
+        H2 = CV.hessian_dense(loss_flat, theta, method="rows").numpy().astype(np.float64)
+        s = peers.timeit_samples(lambda: CV.hessian_dense(loss_flat, theta, method="rows").numpy(), 1,
+                                 max(2, repeat // 2))
+        out.append(peers.make_result("sciml/W4b_hessian_dense_rows", s, n_params=theta.size,
+                                     max_diff_vs_batched=float(np.abs(H2 - H).max()), dtype="float32"))
+        s = peers.timeit_samples(lambda: sm.hessian(loss_flat, batched=False)(theta).numpy(), 0, max(2, repeat // 4))
+        out.append(peers.make_result("sciml/W4b_sm_hessian_per_vector", s, n_params=theta.size, dtype="float32"))
     return out
 
 
@@ -105,6 +115,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--only", choices=["W4a", "W4b"])
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--no-baselines", action="store_true", help="skip the per-basis-vector Hessian paths")
     a = ap.parse_args(argv)
     res = []
     tp = None if a.no_peers else peers.load_peer("torch")
@@ -116,7 +127,7 @@ def main(argv=None):
         if jp is not None:
             res.append(jp.jax_w4a_hvp(repeat=a.repeat))
     if a.only in (None, "W4b"):
-        res += w4b(a.repeat)
+        res += w4b(a.repeat, a.no_baselines)
         if tp is not None:
             res.append(tp.torch_w4b_hessian(repeat=a.repeat))
         if jp is not None:

@@ -15,6 +15,7 @@ import numpy as np
 from . import backward as B
 from . import primitive as P
 from .pytree import flatten, tree_map, unflatten
+from .ops.linalg import _bcast_cache
 from .tensor import Tensor, as_tensor, tensor, zeros
 
 GRAD_SCALAR = ("grad(f) needs f to return a scalar, got shape {shape}. "
@@ -307,6 +308,7 @@ def batched_jvp(f, primals, tangents, has_aux=False):
         res = f(*args)
     finally:
         P._batched_levels.pop(lv, None)
+        _bcast_cache.clear()
     aux = None
     if has_aux:
         res, aux = res
@@ -388,8 +390,13 @@ def jacfwd(f, argnums=0, has_aux=False, *, chunk_size=None, batched=True):
                 j = parts[0] if len(parts) == 1 else concat(parts, 0)           # (n,) + out.shape
                 j = moveaxis(j, 0, -1) if o.ndim else j                          # out.shape + (n,)
                 leaves.append(reshape(j, o.shape + x.shape))
-            jacs.append(unflatten(td, leaves))
-        jac = jacs[0] if single else tuple(jacs)
+            jacs.append((td, leaves))
+        if single:
+            jac = unflatten(*jacs[0])
+        elif jacs[0][0][0] == "leaf":
+            jac = tuple(unflatten(td, ls) for td, ls in jacs)  # one Tensor output: a tuple over argnums
+        else:  # pytree output: its structure outside, a tuple over argnums inside (as JAX)
+            jac = unflatten(jacs[0][0], [tuple(ls[i] for _, ls in jacs) for i in range(len(jacs[0][1]))])
         return (jac, aux) if has_aux else jac
     return wrapped
 

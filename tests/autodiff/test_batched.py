@@ -254,3 +254,18 @@ def test_rowwise_views_broadcasts_and_general_binary_on_large_tensors():
     want = np.zeros_like(a)
     want[:, ::-2, 3:] = a[:, ::-2, 3:]
     np.testing.assert_array_equal(g, want)
+
+
+def test_hessian_with_argnums_tuple_and_pytree_outputs():
+    """H[i][j] = d2f / dx_i dx_j (outer: gradient entries, inner: argnums), as JAX."""
+    f = lambda a, b: (sm.sin(a) * b[0] + a ** 2 * b[1]).sum()  # noqa: E731
+    a, b = sm.tensor([0.3, -0.7]), sm.tensor([1.5, 0.4])
+    H = sm.hessian(f, argnums=(0, 1))(a, b)
+    x = np.concatenate([a.numpy(), b.numpy()])
+    Hfull = sm.hessian(lambda v: f(v[:2], v[2:]))(sm.tensor(x)).numpy()
+    for i, si in enumerate((slice(0, 2), slice(2, 4))):
+        for j, sj in enumerate((slice(0, 2), slice(2, 4))):
+            np.testing.assert_allclose(H[i][j].numpy(), Hfull[si, sj], rtol=1e-12, atol=1e-13)
+    J = sm.jacfwd(lambda v: {"s": sm.sin(v), "t": (v * v).sum()})(a)
+    np.testing.assert_allclose(J["s"].numpy(), np.diag(np.cos(a.numpy())), rtol=1e-13)
+    np.testing.assert_allclose(J["t"].numpy(), 2 * a.numpy(), rtol=1e-13)

@@ -67,6 +67,21 @@ def _mm_jvp(ts, a, b, out, ta, tb):
     return r
 
 
+_bcast_cache: dict = {}  # (id buf, id node, shape, B) -> (buf, node, broadcast); cleared when a batched_jvp ends
+
+
+def _repeat(a, nb):
+    """``a`` broadcast to ``(nb,) + a.shape``. Within one batched pass the same activation is repeated
+    in the forward (a @ T_W) and again in the backward (a^T @ T_g): the copy is made once."""
+    if a._tangents is not None:
+        return broadcast_to(a, (nb,) + a.shape)
+    key = (id(a._buf), id(a._node), a.shape, nb)
+    hit = _bcast_cache.get(key)
+    if hit is None:
+        hit = _bcast_cache[key] = (a._buf, a._node, broadcast_to(a, (nb,) + a.shape))
+    return hit[2]
+
+
 def _bmm_left(t, b, ta, tb):
     """op(t[i]) @ op(b) for every i of a batched tangent t (B,) + a.shape."""
     nb = t.shape[0]
@@ -80,7 +95,7 @@ def _bmm_left(t, b, ta, tb):
         if m <= n:  # transposing t (B k m) is cheaper than repeating b B times
             from .shape import transpose
             return _bmm_left(transpose(t, (0, 2, 1)), b, False, tb)
-    return _mm(t, broadcast_to(b, (nb,) + b.shape), ta=ta, tb=tb)
+    return _mm(t, _repeat(b, nb), ta=ta, tb=tb)
 
 
 def _bmm_right(a, t, ta, tb):
@@ -93,7 +108,7 @@ def _bmm_right(a, t, ta, tb):
             from .shape import transpose
             r = _mm(reshape(t, (nb * n, k)), a, ta=False, tb=not ta)
             return transpose(reshape(r, (nb, n, m)), (0, 2, 1))
-    return _mm(broadcast_to(a, (nb,) + a.shape), t, ta=ta, tb=tb)
+    return _mm(_repeat(a, nb), t, ta=ta, tb=tb)
 
 
 @_mm.def_batched_jvp
