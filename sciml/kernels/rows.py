@@ -77,3 +77,49 @@ def _build(dtype, serial, scat):
                 else:
                     out[base + q] = x[addr + q * s_in]
     return k
+
+
+_OPS = ("add", "sub", "mul", "div")
+
+
+def suffix_binary(op: str, x, y, out, rows: int, inner: int, x_full: bool, dtype: str) -> bool:
+    """out (rows, inner) = op(x, y) where one operand is (rows, inner) and the other (inner,) repeated
+    per row (the 'ysuf'/'xsuf' broadcasts: a batched tangent times an unbatched primal, a bias add).
+    One row per parallel iteration, no index modulo per element (0.68 -> 0.30 ms for 321 x 1024
+    float32 here). Returns False for ops it does not cover."""
+    if op not in _OPS or inner < MIN_INNER:
+        return False
+    serial = C.launch_mode(rows * inner)
+    k = C.cached(("rows_binary", op, dtype, x_full, serial), lambda: _build_binary(op, dtype, x_full, serial))
+    k(x, y, out, rows, inner)
+    return True
+
+
+def _build_binary(op, dtype, x_full, serial):
+    ti = C.ti()
+    A = C.arr(dtype)
+
+    @ti.func
+    def f(a, b):
+        r = a
+        if ti.static(op == "add"):
+            r = a + b
+        elif ti.static(op == "sub"):
+            r = a - b
+        elif ti.static(op == "mul"):
+            r = a * b
+        else:
+            r = a / b
+        return r
+
+    @ti.kernel
+    def k(x: A, y: A, out: A, rows: ti.i32, inner: ti.i32):
+        ti.loop_config(serialize=serial)
+        for row in range(rows):
+            base = row * inner
+            for q in range(inner):
+                if ti.static(x_full):
+                    out[base + q] = f(x[base + q], y[q])
+                else:
+                    out[base + q] = f(x[q], y[base + q])
+    return k

@@ -246,7 +246,11 @@ def test_rowwise_views_broadcasts_and_general_binary_on_large_tensors():
              (lambda t: sm.broadcast_to(t[:, :1, :], (9, 64, 33)), lambda v: np.broadcast_to(v[:, :1, :], (9, 64, 33))),
              (lambda t: t + t[:, :1, :], lambda v: v + v[:, :1, :]),
              (lambda t: t[:, :1, :] * t, lambda v: v[:, :1, :] * v),
-             (lambda t: t[:, :, :1] - t[:1, :, :], lambda v: v[:, :, :1] - v[:1, :, :])]
+             (lambda t: t[:, :, :1] - t[:1, :, :], lambda v: v[:, :, :1] - v[:1, :, :]),
+             (lambda t: t * t[0], lambda v: v * v[0]), (lambda t: t[0] - t, lambda v: v[0] - v),
+             (lambda t: t / (t[1] + 9.0), lambda v: v / (v[1] + 9.0)),
+             (lambda t: (t[1] + 9.0) / (t + 9.0), lambda v: (v[1] + 9.0) / (v + 9.0)),
+             (lambda t: t[2] + t, lambda v: v[2] + v)]
     for op, ref in cases:
         np.testing.assert_array_equal(op(x).numpy(), ref(a))
     # the transposes of the views (unview = strided scatter), through reverse mode

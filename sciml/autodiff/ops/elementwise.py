@@ -5,6 +5,7 @@ import math
 
 from ... import backend
 from ...kernels import elementwise as E
+from ...kernels import rows as KR
 from ..backward import needs
 from ..primitive import Primitive
 from ..tensor import Tensor, as_tensor, canonical_dtype
@@ -103,12 +104,21 @@ def _binary_forward(op, out_dtype=None):
         out = backend.empty(n, od)
         if n:
             xb, xs, yb, ys = x._buf, x.shape, y._buf, y.shape
-            if n >= _EXPAND_MIN and backend.on_host() and E.binary_mode(xs, ys, shape) == "gen":
-                # e.g. (B, m, n) + (B, 1, n) of batched tangents: the general-broadcast kernel divides per
-                # axis per element; a row-wise broadcast of the operand(s) plus a same/suffix kernel is ~5x faster
-                yb, ys = _expand(y, shape)
-                if E.binary_mode(xs, ys, shape) == "gen":
-                    xb, xs = _expand(x, shape)
+            if n >= _EXPAND_MIN and backend.on_host():
+                mode = E.binary_mode(xs, ys, shape)
+                if mode == "gen":
+                    # e.g. (B, m, n) + (B, 1, n) of batched tangents: the general-broadcast kernel divides per
+                    # axis per element; a row-wise broadcast of the operand(s) plus a same/suffix kernel is
+                    # ~5x faster
+                    yb, ys = _expand(y, shape)
+                    mode = E.binary_mode(xs, ys, shape)
+                    if mode == "gen":
+                        xb, xs = _expand(x, shape)
+                        mode = "same"
+                if mode in ("ysuf", "xsuf") and od == x.dtype:  # (B,) + s op s: one row per iteration
+                    inner = math.prod(ys if mode == "ysuf" else xs)
+                    if KR.suffix_binary(op, xb, yb, out, n // inner, inner, mode == "ysuf", x.dtype):
+                        return out, shape, od
             E.binary(op, xb, yb, out, xs, ys, shape, x.dtype, od)
         return out, shape, od
     return forward
