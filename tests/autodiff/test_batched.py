@@ -250,9 +250,15 @@ def test_rowwise_views_broadcasts_and_general_binary_on_large_tensors():
              (lambda t: t * t[0], lambda v: v * v[0]), (lambda t: t[0] - t, lambda v: v[0] - v),
              (lambda t: t / (t[1] + 9.0), lambda v: v / (v[1] + 9.0)),
              (lambda t: (t[1] + 9.0) / (t + 9.0), lambda v: (v[1] + 9.0) / (v + 9.0)),
-             (lambda t: t[2] + t, lambda v: v[2] + v)]
+             (lambda t: t[2] + t, lambda v: v[2] + v),
+             (lambda t: sm.maximum(t, t[0]), lambda v: np.maximum(v, v[0]))]
     for op, ref in cases:
         np.testing.assert_array_equal(op(x).numpy(), ref(a))
+    # derivative products (tanh_grad, twice_mul) on suffix broadcasts: batched tangent x unbatched primal
+    w = a[0] * 0.3
+    for fn, d in ((sm.tanh, lambda v: 1 - np.tanh(v) ** 2), (sm.square, lambda v: 2 * v)):
+        _, tw = sm.batched_jvp(fn, (sm.tensor(w),), (x,))
+        np.testing.assert_allclose(tw.numpy(), a * d(w), rtol=1e-14, atol=1e-14)
     # the transposes of the views (unview = strided scatter), through reverse mode
     g = sm.grad(lambda t: (t[:, ::-2, 3:] * sm.tensor(a[:, ::-2, 3:])).sum())(x).numpy()
     want = np.zeros_like(a)
