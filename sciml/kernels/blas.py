@@ -105,6 +105,7 @@ def set_threads(n):
     lib = mkl()
     if lib is not None and n is not None:
         lib.MKL_Set_Num_Threads(int(n))
+        lib.MKL_Set_Num_Threads_Local(0)  # 0: this thread follows the process-wide count again
 
 
 def gemm(a, b, out, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str) -> bool:
