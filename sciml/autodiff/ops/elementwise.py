@@ -185,7 +185,7 @@ twice_mul = _binary("twice_mul", lambda g, x, y, out: (twice_mul(g, y) if needs(
 # tanh_grad(g, y) = g (1 - y^2): d/dg = 1 - y^2, d/dy = -2 g y
 tanh_grad = _binary("tanh_grad", lambda g, x, y, out: (tanh_grad(g, y) if needs(0) else None,
                                                        -twice_mul(g * x, y) if needs(1) else None),
-                    lambda ts, x, y, out: _lin(*ts, out, lambda t: tanh_grad(t, y), lambda t: -twice_mul(x * y, t)))
+                    lambda ts, x, y, out: _lin(*ts, out, lambda t: tanh_grad(t, y), lambda t: twice_mul(-(x * y), t)))
 # sigmoid_grad(g, y) = g y (1 - y): d/dg = y (1 - y), d/dy = g (1 - 2 y)
 sigmoid_grad = _binary("sigmoid_grad", lambda g, x, y, out: (sigmoid_grad(g, y) if needs(0) else None,
                                                              g * x * (1.0 - 2.0 * y) if needs(1) else None),
