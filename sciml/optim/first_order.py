@@ -1,7 +1,9 @@
 """First-order optimizers as fused in-place Taichi kernels: SGD, Adam, AdamW, RMSprop, Adagrad.
 
-Each step runs ONE kernel per parameter (``sciml/kernels/optim.py``) that reads the parameter,
-its gradient and the slot buffers once and writes them in place. The update formulas are
+Each step updates every parameter in place with a fused kernel (``sciml/kernels/optim.py``) that
+reads the parameter, its gradient and the slot buffers once and writes them back; on CPU the
+parameters' vector parts (16-byte SIMD lanes) are updated in ONE launch per dtype (up to 8
+tensors per launch), on devices one launch per parameter. The update formulas are
 PyTorch's (so trajectories match ``torch.optim``); the same updates exist as composable pure
 Transforms in ``aliases.py`` (``adam(...)``, ``sgd(...)``) and give the same numbers.
 
@@ -51,6 +53,7 @@ class _Fused(Optimizer):
     def _init_state(self):
         self._slots = [{s: backend.zeros(max(p.size, 1), p.dtype) for s in self._slot_names} for p in self._leaves]
         self.state = None
+        self._ptr_cache = {}  # data addresses of the parameter and slot buffers (kernels/optim.py)
 
     def current_lr(self) -> float:
         """The learning rate the next step will use."""
@@ -63,9 +66,13 @@ class _Fused(Optimizer):
             if n > self.clip_norm:
                 gscale = self.clip_norm / n
         lr = self.current_lr()
+        by_dtype = {}
         for p, g, slots in zip(self._leaves, grads, self._slots):
             if p.size:
-                self._update(p, g, slots, lr, gscale)
+                by_dtype.setdefault(p.dtype, []).append((self._arrays(p._buf, g._buf, slots), p.size))
+        kind, scalars, plain, flags = self._spec(lr, gscale)
+        for dtype, items in by_dtype.items():  # one grouped launch per dtype on CPU
+            K.update_many(kind, dtype, items, scalars, plain, flags, self._ptr_cache)
 
     def _state_arrays(self):
         out = {}
@@ -115,9 +122,12 @@ class SGD(_Fused):
         self._slot_names = ("momentum",) if momentum else ()
         super().__init__(params, lr=lr, clip_norm=clip_norm, weight_decay=weight_decay)
 
-    def _update(self, p, g, slots, lr, gscale):
-        K.sgd(p._buf, g._buf, slots.get("momentum"), p.size, p.dtype, lr, self.momentum, self.dampening, gscale,
-              self.weight_decay, self.step_count == 0, self.nesterov)
+    def _spec(self, lr, gscale):
+        flags = K.sgd_flags(self.momentum, self.step_count == 0, self.nesterov)
+        return "sgd", (lr, self.momentum, self.dampening, gscale, self.weight_decay), False, flags
+
+    def _arrays(self, p, g, slots):
+        return (p, g, slots["momentum"] if self.momentum else g)
 
 
 class Adam(_Fused):
@@ -146,12 +156,15 @@ class Adam(_Fused):
         self.betas, self.eps = (float(b1), float(b2)), float(eps)
         super().__init__(params, lr=lr, clip_norm=clip_norm, weight_decay=weight_decay)
 
-    def _update(self, p, g, slots, lr, gscale):
+    def _spec(self, lr, gscale):
         b1, b2 = self.betas
         t = self.step_count + 1
         wd, dwd = (0.0, lr * self.weight_decay) if self._decoupled else (self.weight_decay, 0.0)
-        K.adam(p._buf, g._buf, slots["m"], slots["v"], p.size, p.dtype, lr, b1, b2, self.eps, 1 - b1 ** t,
-               1 - b2 ** t, gscale, wd, dwd)
+        scalars, plain = K.adam_scalars(lr, b1, b2, self.eps, 1 - b1 ** t, 1 - b2 ** t, gscale, wd, dwd)
+        return "adam", scalars, plain, ()
+
+    def _arrays(self, p, g, slots):
+        return (p, g, slots["m"], slots["v"])
 
 
 class AdamW(Adam):
@@ -175,9 +188,12 @@ class RMSprop(_Fused):
         self._slot_names = ("square_avg", "momentum") if momentum else ("square_avg",)
         super().__init__(params, lr=lr, clip_norm=clip_norm, weight_decay=weight_decay)
 
-    def _update(self, p, g, slots, lr, gscale):
-        K.rmsprop(p._buf, g._buf, slots["square_avg"], slots.get("momentum"), p.size, p.dtype, lr, self.alpha,
-                  self.eps, self.momentum, gscale, self.weight_decay)
+    def _spec(self, lr, gscale):
+        return ("rmsprop", (lr, self.alpha, self.eps, self.momentum, gscale, self.weight_decay), False,
+                (bool(self.momentum),))
+
+    def _arrays(self, p, g, slots):
+        return (p, g, slots["square_avg"], slots["momentum"] if self.momentum else slots["square_avg"])
 
 
 class Adagrad(_Fused):
@@ -189,5 +205,8 @@ class Adagrad(_Fused):
         self.eps = float(eps)
         super().__init__(params, lr=lr, clip_norm=clip_norm, weight_decay=weight_decay)
 
-    def _update(self, p, g, slots, lr, gscale):
-        K.adagrad(p._buf, g._buf, slots["sum"], p.size, p.dtype, lr, self.eps, gscale, self.weight_decay)
+    def _spec(self, lr, gscale):
+        return "adagrad", (lr, self.eps, gscale, self.weight_decay), False, ()
+
+    def _arrays(self, p, g, slots):
+        return (p, g, slots["sum"])

@@ -102,3 +102,22 @@ def test_misaligned_buffers_take_the_scalar_kernel(dtype):
         K.adam(*bufs, n, dtype, 0.01, 0.9, 0.999, 1e-8, 0.1, 0.001)
     for a, b in zip(views, aligned):  # LLVM may contract/reassociate the two forms differently: last-bit diffs
         np.testing.assert_allclose(a, b, **(dict(rtol=1e-5, atol=1e-7) if dtype == "float32" else dict(rtol=1e-13)))
+
+
+@pytest.mark.parametrize("cls,kind,kw", [CASES[2], CASES[4], CASES[5], CASES[7], CASES[8]],
+                         ids=["sgd", "adam", "adamw", "rmsprop", "adagrad"])
+def test_grouped_launch_over_many_tensors_and_dtypes(cls, kind, kw):
+    """11 parameters (more than one group of 8; small, tails, two dtypes) in one optimizer."""
+    rng = np.random.default_rng(3)
+    sizes = [3, 64, 65, 100, 1000, 1027, 64, 256, 5, 4099, 130]
+    dts = ["float32" if i % 3 else "float64" for i in range(len(sizes))]
+    p0 = [rng.normal(size=n) for n in sizes]
+    gs = [[rng.normal(size=n) for n in sizes] for _ in range(3)]
+    ps = [Parameter(a, dtype=d) for a, d in zip(p0, dts)]
+    opt = cls(ps, **kw)
+    for g in gs:
+        opt.step([sm.tensor(x, d) for x, d in zip(g, dts)])
+    for i, (p, d) in enumerate(zip(ps, dts)):
+        want = _ref(kind, kw, p0[i].astype(d), [g[i].astype(d) for g in gs])
+        tol = dict(rtol=1e-12, atol=1e-13) if d == "float64" else dict(rtol=2e-5, atol=2e-6)
+        np.testing.assert_allclose(p.numpy(), want, **tol)
