@@ -1,0 +1,106 @@
+"""CPU GEMM backends and the launch policy, measured in one process.
+
+(1) The 8 GEMMs of one W1 training step (MLP 784-512-512-10, batch 256, float32: forward,
+weight gradients and input gradients, with the transposes the backward uses) through
+``sciml.kernels.linalg.matmul`` with MKL (``kernels/blas.py``) and with numpy's BLAS, plus
+PyTorch's ``@`` on the same arrays when torch is installed.
+(2) A cheap elementwise op (relu) and a transcendental one (tanh) through sciml at sizes around
+the serial/parallel switch of ``kernels._common.launch_mode``, each forced serial and forced
+parallel: the numbers the policy's thresholds come from.
+
+    python -m benchmarks.bench_blas [--repeat 60]
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import peers  # noqa: E402
+
+B = 256
+# (m, n, k, ta, tb) of out = op(a) @ op(b): forward x@W1, h@W2, h@W3; backward dW3, dh2, dW2, dh1, dW1
+W1_GEMMS = [(B, 512, 784, False, False), (B, 512, 512, False, False), (B, 10, 512, False, False),
+            (512, 10, B, True, False), (B, 512, 10, False, True), (512, 512, B, True, False),
+            (B, 512, 512, False, True), (784, 512, B, True, False)]
+
+
+def gemm_rows(repeat):
+    import sciml as sm
+    from sciml.kernels import blas, linalg
+    sm.init(arch="cpu", dtype="float32")
+    rng = np.random.default_rng(0)
+    bufs = [(rng.standard_normal(m * k).astype(np.float32), rng.standard_normal(k * n).astype(np.float32),
+             np.empty(m * n, np.float32), m, n, k, ta, tb) for m, n, k, ta, tb in W1_GEMMS]
+    flops = sum(2 * m * n * k for m, n, k, _, _ in W1_GEMMS)
+
+    def run():
+        for a, b, o, m, n, k, ta, tb in bufs:
+            linalg.matmul(a, b, o, 1, m, n, k, ta, tb, "float32", True)
+    res = []
+    backends = [("mkl", blas._state["lib"] if blas.available() else None), ("numpy", None)]
+    for name, lib in backends:
+        if name == "mkl" and lib is None:
+            continue
+        saved = dict(blas._state)
+        blas._state.update(lib=lib, checked=True)
+        try:
+            s = peers.timeit_samples(run, 5, repeat)
+        finally:
+            blas._state.update(saved)
+        res.append(peers.make_result(f"sciml/W1_gemms_{name}", s, gflops=flops / np.median(s) / 1e9))
+    if peers.available("torch"):
+        import torch
+        ts = []
+        for a, b, o, m, n, k, ta, tb in bufs:
+            A = torch.from_numpy(a).reshape((k, m) if ta else (m, k))
+            Bm = torch.from_numpy(b).reshape((n, k) if tb else (k, n))
+            ts.append((A.T if ta else A, Bm.T if tb else Bm))
+
+        def trun():
+            for A, Bm in ts:
+                A @ Bm
+        s = peers.timeit_samples(trun, 5, repeat)
+        res.append(peers.make_result("torch/W1_gemms", s, gflops=flops / np.median(s) / 1e9))
+    return res
+
+
+def launch_rows(repeat):
+    import sciml as sm
+    from sciml.kernels import _common as C
+    sm.init(arch="cpu", dtype="float32")
+    rng = np.random.default_rng(0)
+    res = []
+    for op in ("relu", "tanh"):
+        f = getattr(sm, op)
+        for n in (1 << 14, 1 << 16, 1 << 17, 1 << 18, 1 << 20):
+            x = sm.tensor(rng.standard_normal(n).astype(np.float32))
+            for mode, work in (("serial", 1 << 40), ("parallel", 0)):
+                old = C.SERIAL_WORK
+                C.SERIAL_WORK = work
+                try:
+                    s = peers.timeit_samples(lambda: f(x), 5, repeat)
+                finally:
+                    C.SERIAL_WORK = old
+                res.append(peers.make_result(f"sciml/{op}_{n}_{mode}", s, n=n))
+            chosen = "serial" if C.launch_mode(n, C.CHEAP if op == "relu" else 4) else "parallel"
+            res[-1]["policy"] = res[-2]["policy"] = chosen
+    return res
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=60)
+    a = ap.parse_args(argv)
+    from sciml.kernels import blas
+    res = gemm_rows(a.repeat)
+    print(peers.format_table(res, f"W1's 8 GEMMs, float32 (sciml BLAS: {blas.name()})"))
+    print()
+    print(peers.format_table(launch_rows(a.repeat), "launch policy: serial vs parallel CPU loops (policy = "
+                                                    "what sciml picks)"))
+    return res
+
+
+if __name__ == "__main__":
+    main()
