@@ -8,7 +8,7 @@ import numpy as np
 
 from ..autodiff.ops import abs, minimum, softplus, sum
 from ..autodiff.ops.conv import softmax_cross_entropy
-from ..autodiff.tensor import Tensor, as_tensor, tensor
+from ..autodiff.tensor import Tensor, as_tensor, canonical_dtype, tensor
 
 __all__ = ["mse", "l1", "huber", "cross_entropy", "nll", "binary_cross_entropy_with_logits", "one_hot"]
 
@@ -76,8 +76,19 @@ def one_hot(labels, classes, dtype=None, smoothing=0.0):
     """(n, classes) one-hot rows (with label smoothing: 1 - s + s / C on the label, s / C elsewhere)."""
     lab = _labels("one_hot", labels, len(np.asarray(labels.numpy() if isinstance(labels, Tensor) else labels)),
                   classes)
-    m = np.full((lab.shape[0], classes), smoothing / classes)
-    m[np.arange(lab.shape[0]), lab] += 1.0 - smoothing
+    return _one_hot(lab, classes, dtype, smoothing)
+
+
+def _one_hot(lab, classes, dtype, smoothing):
+    """one_hot of already checked integer labels ``lab`` (numpy)."""
+    n = lab.shape[0]
+    dt = canonical_dtype("float" if dtype is None else dtype)
+    if smoothing == 0.0 and dt in ("float32", "float64"):  # exact: build it in the target dtype directly
+        m = np.zeros((n, classes), dt)
+        m[np.arange(n), lab] = 1
+        return tensor(m, dt)
+    m = np.full((n, classes), smoothing / classes)
+    m[np.arange(n), lab] += 1.0 - smoothing
     return tensor(m, dtype or "float")
 
 
@@ -100,8 +111,7 @@ def cross_entropy(logits, labels, label_smoothing=0.0, reduction="mean"):
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"cross_entropy: label_smoothing={label_smoothing}; expected a number in [0, 1).")
     n, c = logits.shape
-    _labels("cross_entropy", labels, n, c)
-    q = one_hot(labels, c, logits.dtype, label_smoothing)
+    q = _one_hot(_labels("cross_entropy", labels, n, c), c, logits.dtype, label_smoothing)
     if reduction not in _REDUCTIONS:
         raise ValueError(f"cross_entropy: reduction={reduction!r}; expected one of {_REDUCTIONS}.")
     return softmax_cross_entropy(logits, q, reduction)
