@@ -70,3 +70,24 @@ def test_threads_roundtrip():
     assert blas.get_threads() == before
     with blas.threads(1):
         pass
+
+
+@pytest.mark.parametrize("backend_", ["mkl", "numpy", "taichi"])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True)])
+def test_matmul_accumulate(backend_, ta, tb, monkeypatch):
+    """out += op(a) @ op(b): the second GEMM of matmul2 (JVP of a product of two tangents)."""
+    sm.init(arch="cpu")
+    if backend_ == "mkl" and not blas.available():
+        pytest.skip("MKL not installed")
+    if backend_ == "numpy":
+        monkeypatch.setitem(blas._state, "lib", None)
+        monkeypatch.setitem(blas._state, "checked", True)
+    rng = np.random.default_rng(1)
+    m, n, k, batch = 6, 5, 7, 2
+    A = rng.standard_normal((batch, k, m) if ta else (batch, m, k))
+    B = rng.standard_normal((batch, n, k) if tb else (batch, k, n))
+    C0 = rng.standard_normal((batch, m, n))
+    out = C0.ravel().copy()
+    linalg.matmul(A.ravel(), B.ravel(), out, batch, m, n, k, ta, tb, "float64", backend_ != "taichi", True)
+    ref = C0 + np.matmul(A.transpose(0, 2, 1) if ta else A, B.transpose(0, 2, 1) if tb else B)
+    np.testing.assert_allclose(out.reshape(batch, m, n), ref, rtol=1e-12, atol=1e-12)

@@ -108,14 +108,15 @@ def set_threads(n):
         lib.MKL_Set_Num_Threads_Local(0)  # 0: this thread follows the process-wide count again
 
 
-def gemm(a, b, out, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str) -> bool:
-    """out[:m*n] (m, n) = op(a) @ op(b) on flat contiguous numpy buffers; False if MKL is absent."""
+def gemm(a, b, out, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, accumulate: bool = False) -> bool:
+    """out[:m*n] (m, n) = op(a) @ op(b) (``+=`` with ``accumulate``) on flat contiguous numpy buffers;
+    False if MKL is absent."""
     lib = mkl()
     if lib is None or dtype not in ("float32", "float64"):
         return False
     f = lib.cblas_sgemm if dtype == "float32" else lib.cblas_dgemm
     f(_ROW_MAJOR, _TRANS if ta else _NO_TRANS, _TRANS if tb else _NO_TRANS, m, n, k, 1.0,
-      a.ctypes.data, m if ta else k, b.ctypes.data, k if tb else n, 0.0, out.ctypes.data, n)
+      a.ctypes.data, m if ta else k, b.ctypes.data, k if tb else n, 1.0 if accumulate else 0.0, out.ctypes.data, n)
     return True
 
 

@@ -16,8 +16,10 @@ TILE_I, TILE_J = 8, 4  # register tile of C (swept here: 8x4 beat 4x4, 4x8, 8x8,
 DEVICE_MAX_K = 2048
 
 
-def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, use_blas=None):
-    """out (batch, m, n) = op(a) @ op(b) with a (batch, m, k) or (batch, k, m) if ta, etc."""
+def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, use_blas=None,
+           accumulate: bool = False):
+    """out (batch, m, n) = op(a) @ op(b) with a (batch, m, k) or (batch, k, m) if ta, etc.
+    With ``accumulate``, out += op(a) @ op(b) (BLAS beta = 1; the Taichi kernel's accumulate flag)."""
     if use_blas is None:
         use_blas = backend.on_host()
     if use_blas:
@@ -25,7 +27,13 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
                 and (batch <= 16 or m * n * k >= 1 << 15):  # many tiny GEMMs: numpy's batched loop
             mk, kn, mn = m * k, k * n, m * n
             for i in range(batch):
-                _blas.gemm(a[i * mk:(i + 1) * mk], b[i * kn:(i + 1) * kn], out[i * mn:(i + 1) * mn], m, n, k, ta, tb, dtype)
+                _blas.gemm(a[i * mk:(i + 1) * mk], b[i * kn:(i + 1) * kn], out[i * mn:(i + 1) * mn], m, n, k,
+                           ta, tb, dtype, accumulate)
+            return
+        if accumulate:
+            tmp = np.empty(batch * m * n, out.dtype)
+            matmul(a, b, tmp, batch, m, n, k, ta, tb, dtype, True)
+            out[: batch * m * n] += tmp
             return
         if batch == 1:  # 2-D views: numpy's plain GEMM path (a batch of 1 goes through the slower loop)
             A = a[: m * k].reshape((k, m) if ta else (m, k))
@@ -49,7 +57,7 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
         b = _transpose(b, batch, k, n, dtype)
     step = k if backend.on_host() else DEVICE_MAX_K  # one invocation per tile must stay short on devices
     for k0 in range(0, k, step):
-        kern(a, b, out, batch, m, n, k, k0, min(k0 + step, k), int(k0 > 0))
+        kern(a, b, out, batch, m, n, k, k0, min(k0 + step, k), int(accumulate or k0 > 0))
 
 
 def _transpose(x, batch: int, rows: int, cols: int, dtype: str):

@@ -8,6 +8,7 @@ import pytest
 
 import sciml as sm
 from sciml.autodiff.ops import elementwise as _EW
+from sciml.autodiff.ops import linalg as _LA
 from sciml.autodiff.ops import linalg as LA
 from sciml.testing import check_grads
 
@@ -121,6 +122,11 @@ OPS = [
     OpSpec("matmul_vec", sm.matmul, np.matmul, [(4,), (4, 3)]),
     OpSpec("matmul_batched", sm.matmul, np.matmul, [(2, 3, 4), (2, 4, 5)]),
     OpSpec("matmul_bcast", sm.matmul, np.matmul, [(2, 1, 3, 4), (3, 4, 2)]),
+    OpSpec("matmul2", lambda a, b, c, d: _LA._mm2(a, b, c, d, ta=False, tb=True, tc=True, td=False),
+           lambda a, b, c, d: a @ b.T + c.T @ d, [(3, 4), (2, 4), (5, 3), (5, 2)], order=3),
+    OpSpec("matmul2_batched", lambda a, b, c, d: _LA._mm2(a, b, c, d, ta=True, tb=False, tc=False, td=True),
+           lambda a, b, c, d: np.swapaxes(a, -1, -2) @ b + c @ np.swapaxes(d, -1, -2),
+           [(2, 4, 3), (2, 4, 2), (2, 3, 5), (2, 2, 5)]),
     OpSpec("dot", sm.dot, lambda a, b: (a * b).sum(-1), [(5,), (5,)]),
     # shape
     OpSpec("reshape", lambda x: sm.reshape(x, (4, -1)), lambda a: a.reshape(4, -1), [(2, 3, 2)], order=1),

@@ -58,11 +58,56 @@ def _mm_vjp(g, a, b, out, ta, tb):
 
 @_mm.def_jvp
 def _mm_jvp(ts, a, b, out, ta, tb):
-    r = None
+    if ts[0] is not None and ts[1] is not None:  # T_a B + A T_b: one primitive, the second GEMM accumulates
+        return _mm2(ts[0], b, a, ts[1], ta=ta, tb=tb, tc=ta, td=tb)
     if ts[0] is not None:
-        r = _mm(ts[0], b, ta=ta, tb=tb)
+        return _mm(ts[0], b, ta=ta, tb=tb)
     if ts[1] is not None:
-        t = _mm(a, ts[1], ta=ta, tb=tb)
+        return _mm(a, ts[1], ta=ta, tb=tb)
+    return None
+
+
+# --- matmul2: op(a) @ op(b) + op(c) @ op(d) --------------------------------------------------------
+def _mm2_forward(a, b, c, d, ta, tb, tc, td):
+    """Both products have the same output shape; the second GEMM accumulates into the first's output
+    (BLAS beta = 1), so the sum costs no elementwise pass."""
+    out, shape, dtype = _mm_forward(a, b, ta, tb)
+    m, k, _, n = _dims(c, d, tc, td)
+    nb = math.prod(c.shape[:-2])
+    if nb * m * n and k:
+        L.matmul(c._buf, d._buf, out, nb, m, n, k, tc, td, dtype, _blas["enabled"], True)
+    return out, shape, dtype
+
+
+_mm2 = Primitive("matmul2", _mm2_forward)
+
+
+def _pair_vjp(g, x, y, tx, ty, nx, ny):
+    gx = gy = None
+    if nx:
+        gx = _mm(y, g, ta=ty, tb=True) if tx else _mm(g, y, ta=False, tb=not ty)
+    if ny:
+        gy = _mm(g, x, ta=True, tb=tx) if ty else _mm(x, g, ta=not tx, tb=False)
+    return gx, gy
+
+
+@_mm2.def_vjp
+def _mm2_vjp(g, a, b, c, d, out, ta, tb, tc, td):
+    return _pair_vjp(g, a, b, ta, tb, needs(0), needs(1)) + _pair_vjp(g, c, d, tc, td, needs(2), needs(3))
+
+
+@_mm2.def_jvp
+def _mm2_jvp(ts, a, b, c, d, out, ta, tb, tc, td):
+    terms = [(x, y, fx, fy) for x, y, fx, fy in ((ts[0], b, ta, tb), (a, ts[1], ta, tb), (ts[2], d, tc, td),
+                                                 (c, ts[3], tc, td)) if x is not None and y is not None]
+    r = None
+    for i in range(0, len(terms), 2):
+        if i + 1 < len(terms):
+            (x, y, fx, fy), (u, v, fu, fv) = terms[i], terms[i + 1]
+            t = _mm2(x, y, u, v, ta=fx, tb=fy, tc=fu, td=fv)
+        else:
+            x, y, fx, fy = terms[i]
+            t = _mm(x, y, ta=fx, tb=fy)
         r = t if r is None else r + t
     return r
 
@@ -120,6 +165,15 @@ def _mm_bjvp(ts, a, b, out, ta, tb):
         t = _bmm_right(a, ts[1], ta, tb)
         r = t if r is None else r + t
     return r
+
+
+@_mm2.def_batched_jvp
+def _mm2_bjvp(ts, a, b, c, d, out, ta, tb, tc, td):
+    r1 = _mm_bjvp(ts[:2], a, b, out, ta, tb) if ts[0] is not None or ts[1] is not None else None
+    r2 = _mm_bjvp(ts[2:], c, d, out, tc, td) if ts[2] is not None or ts[3] is not None else None
+    if r1 is None or r2 is None:
+        return r1 if r2 is None else r2
+    return r1 + r2
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False):
