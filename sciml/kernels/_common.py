@@ -1,5 +1,9 @@
 """Kernel cache and launch policy shared by the kernel modules."""
+import ctypes
+
 from .. import backend, runtime
+
+_addressof, _from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
 
 SERIAL_WORK = 1 << 18  # cost-weighted elements; below this a CPU loop runs serialized
 SERIAL_BELOW = SERIAL_WORK // 4  # elements, for the default cost (4: a transcendental or two)
@@ -65,7 +69,7 @@ def _make_fast(kernel, args):
         prim = kernel._primal
         if prim.return_type is not None or prim.has_print or len(prim.arguments) != len(args):
             return None
-        lines, checks, env = [], [], {"ndarray": np.ndarray, "Ndarray": Ndarray, "slow": kernel}
+        lines, checks, env = [], [], {"ndarray": np.ndarray, "Ndarray": Ndarray, "slow": kernel, "address": address}
         for i, (a, v) in enumerate(zip(prim.arguments, args)):
             ann = a.annotation
             if isinstance(ann, ndarray_type.NdarrayType):
@@ -75,7 +79,7 @@ def _make_fast(kernel, args):
                     env[f"d{i}"] = v.dtype
                     checks.append(f"a{i}.__class__ is not ndarray or a{i}.dtype is not d{i} or a{i}.ndim != 1 "
                                   f"or not a{i}.flags.c_contiguous")
-                    lines.append(f"    c.set_arg_external_array_with_shape(({i},), a{i}.ctypes.data, a{i}.nbytes, "
+                    lines.append(f"    c.set_arg_external_array_with_shape(({i},), address(a{i}), a{i}.nbytes, "
                                  f"a{i}.shape, 0)")
                 elif isinstance(v, Ndarray) and v.grad is None:
                     env[f"d{i}"] = v.dtype
@@ -104,6 +108,16 @@ def _make_fast(kernel, args):
         import warnings
         warnings.warn(f"sciml: fast kernel launch unavailable ({type(e).__name__}: {e}); using Taichi's call.")
         return None
+
+
+def address(a) -> int:
+    """Data address of a contiguous numpy array: ``ctypes.addressof(c_char.from_buffer(a))`` costs
+    0.6 us here against 1.6 us for ``a.ctypes.data`` (paid per array argument of every launch).
+    Read-only or empty arrays (no writable buffer of >= 1 byte) take ``a.ctypes.data``."""
+    try:
+        return _addressof(_from_buffer(a))
+    except (TypeError, ValueError):
+        return a.ctypes.data
 
 
 def launch_mode(n: int, cost: int = 4) -> bool:

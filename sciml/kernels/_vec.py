@@ -25,7 +25,7 @@ LANES = {"float32": 4, "float64": 2}
 
 def pointers(arrays):
     """Data addresses of numpy ``arrays`` if all are 16-byte aligned, else None."""
-    ptrs = [a.ctypes.data for a in arrays]
+    ptrs = [C.address(a) for a in arrays]
     return None if any(p & 15 for p in ptrs) else ptrs
 
 
