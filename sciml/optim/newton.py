@@ -1,7 +1,7 @@
 """Newton's method: dense and damped (small problems), and truncated Newton-CG on HVPs.
 
-``newton``: the exact Hessian (``sciml.autodiff.curvature.hessian_dense``: forward and gradient
-graph once, one backward pass per row), damped until positive definite: solve
+``newton``: the exact Hessian (``sciml.autodiff.curvature.hessian_dense``: forward over reverse
+with batched tangents, all rows in one pass for n <= 512), damped until positive definite: solve
 ``(H + mu I) p = -g`` with ``mu = 0`` when H is positive definite, else ``mu`` grown from
 ``1e-8 * max|H|`` by factors of 10 until a Cholesky factorisation succeeds. On CPU the small
 (n, n) solve uses numpy.linalg (LAPACK); the Hessian itself is computed by sciml kernels.

@@ -279,3 +279,22 @@ def test_hessian_with_argnums_tuple_and_pytree_outputs():
     J = sm.jacfwd(lambda v: {"s": sm.sin(v), "t": (v * v).sum()})(a)
     np.testing.assert_allclose(J["s"].numpy(), np.diag(np.cos(a.numpy())), rtol=1e-13)
     np.testing.assert_allclose(J["t"].numpy(), 2 * a.numpy(), rtol=1e-13)
+
+
+def test_default_chunking_follows_the_measured_budget(monkeypatch):
+    from sciml.autodiff import transforms as T
+    calls = []
+    orig = T.batched_jvp
+
+    def counting(f, primals, tangents, has_aux=False):
+        calls.append(next(t for t in tangents if t is not None).shape[0])
+        return orig(f, primals, tangents, has_aux)
+    monkeypatch.setattr(T, "batched_jvp", counting)
+    monkeypatch.setattr(T, "FIRST_CHUNK", 4)
+    monkeypatch.setattr(T, "CHUNK_BUDGET", 200)
+    x = np.random.default_rng(3).standard_normal(13)
+    H = sm.hessian(_rosen)(sm.tensor(x)).numpy()
+    assert calls[0] == 4 and len(calls) > 2 and sum(calls) == 13
+    per_col = T._last_cost[0]
+    assert all(c == max(1, min(13, 200 // per_col)) for c in calls[1:-1])
+    np.testing.assert_allclose(H, sm.hessian(_rosen, batched=False)(sm.tensor(x)).numpy(), rtol=1e-12, atol=1e-12)
