@@ -117,7 +117,7 @@ def burgers(nu=0.01 / np.pi, hard=True, interior=4096):
 # The float64 Burgers recipe: a compact tanh net, the self-scaled Broyden update (dense, the
 # inverse Hessian kept across resamplings), the loss modification sqrt(L), RAD every 500.
 F64_RECIPE = dict(sizes=[2, 20, 20, 20, 1], activation="tanh",
-                  points={"interior": 8192, "boundary": 128, "initial": 128}, steps=(2000, 10000),
+                  points={"interior": 8192, "boundary": 128, "initial": 128}, steps=(2000, 4000),
                   resample={"method": "rad", "every": 500, "restart": False},
                   optimizer="ssbroyden", loss_transform="sqrt", chunk=100)
 
