@@ -28,6 +28,7 @@ from . import _vec as V
 BLOCK = 1024  # elements per parallel iteration (measured: 64 -> 1024 cuts Adam on 400k floats ~2x here)
 VEC_MIN = 64  # elements: below this the scalar kernel (launch-bound either way)
 VEC_SERIAL_BELOW = 1 << 22  # elements: serialized vector loop below this on CPU (measured, see above)
+VECTOR = True  # False: every update takes the per-tensor scalar kernel (the device path; benchmarks compare)
 
 
 def _loop(serial):
@@ -203,7 +204,7 @@ def _run(kind, arrays, n, dtype, scalars, plain=False, flags=()):
     CPU, n >= VEC_MIN, every buffer 16-byte aligned: the vector kernel over the first
     n - n % lanes elements and the scalar kernel over the rest (views); else the scalar kernel."""
     L = V.LANES.get(dtype)
-    if L and n >= VEC_MIN and C.backend.on_host():
+    if L and VECTOR and n >= VEC_MIN and C.backend.on_host():
         ptrs = V.pointers(arrays)
         if ptrs is not None:
             h = n - n % L
@@ -251,7 +252,7 @@ def update_many(kind, dtype, items, scalars, plain=False, flags=(), cache=None):
     VEC_SERIAL_BELOW) run in ONE launch of a generated kernel per GROUP_MAX tensors (measured: 6
     launches ~17 us each -> one); the others (and scalar tails) take :func:`_run`."""
     L = V.LANES.get(dtype)
-    if not (L and C.backend.on_host()):
+    if not (L and VECTOR and C.backend.on_host()):
         for arrays, n in items:
             _run(kind, arrays, n, dtype, scalars, plain, flags)
         return
