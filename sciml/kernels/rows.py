@@ -7,6 +7,8 @@ axes dropped, mergeable neighbours merged); the last axis becomes an inner loop 
 elements, so the index division per axis happens once per row instead of once per element
 (measured here: 1.5 -> 0.3 ms for a (321, 64, 16) transpose or broadcast, float32).
 """
+import math
+
 from . import _common as C
 from .. import backend
 
@@ -110,4 +112,71 @@ def _build_binary(op, dtype, x_full, serial):
                     out[base + q] = f(x[base + q], y[q])
                 else:
                     out[base + q] = f(x[q], y[base + q])
+    return k
+
+
+def _bstrides(shape, out_shape):
+    """Strides of a (right-aligned) broadcast operand over ``out_shape`` (0 on stretched axes)."""
+    r = len(out_shape)
+    s = (1,) * (r - len(shape)) + tuple(shape)
+    st, acc = [0] * r, 1
+    for d in range(r - 1, -1, -1):
+        st[d] = 0 if s[d] == 1 else acc
+        acc *= s[d]
+    return st
+
+
+def general_binary(op: str, x, y, out, xs, ys, outs, dtype: str) -> bool:
+    """out = op(x, y) for a general broadcast (e.g. (B, m, n) + (B, 1, n)): the axes are merged where
+    both operands allow, the last one becomes an inner loop (stride 0 or 1 per operand), and the
+    index division happens once per row. False when the inner run is too short."""
+    from .elementwise import COMPARE
+    if op in COMPARE:
+        return False
+    sx, sy = _bstrides(xs, outs), _bstrides(ys, outs)
+    sh, ax, ay = [], [], []
+    for s, a, b in zip(outs, sx, sy):
+        if s == 1:
+            continue
+        if sh and ax[-1] == a * s and ay[-1] == b * s:
+            sh[-1] *= s
+            ax[-1], ay[-1] = a, b
+        else:
+            sh.append(s)
+            ax.append(a)
+            ay.append(b)
+    if not sh or sh[-1] < MIN_INNER:
+        return False
+    inner = sh[-1]
+    n = math.prod(outs)
+    serial = C.launch_mode(n)
+    k = C.cached(("rows_gbinary", op, dtype, serial), lambda: _build_general(op, dtype, serial))
+    r = len(sh) - 1
+    k(x, y, out, n // inner, inner, backend.meta((r, ax[-1], ay[-1], *sh[:-1], *ax[:-1], *ay[:-1])))
+    return True
+
+
+def _build_general(op, dtype, serial):
+    from .elementwise import _binary_funcs
+    ti = C.ti()
+    A, I = C.arr(dtype), C.arr("int32")
+    f = _binary_funcs()[op]
+
+    @ti.kernel
+    def k(x: A, y: A, out: A, rows: ti.i32, inner: ti.i32, meta: I):
+        ti.loop_config(serialize=serial)
+        for row in range(rows):
+            r = meta[0]
+            six, siy = meta[1], meta[2]
+            rem, ox, oy = row, 0, 0
+            for j in range(r):
+                d = r - 1 - j
+                s = meta[3 + d]
+                idx = rem % s
+                rem = rem // s
+                ox += idx * meta[3 + r + d]
+                oy += idx * meta[3 + 2 * r + d]
+            base = row * inner
+            for q in range(inner):
+                out[base + q] = f(x[ox + q * six], y[oy + q * siy])
     return k

@@ -254,6 +254,11 @@ def test_rowwise_views_broadcasts_and_general_binary_on_large_tensors():
              (lambda t: sm.maximum(t, t[0]), lambda v: np.maximum(v, v[0]))]
     for op, ref in cases:
         np.testing.assert_array_equal(op(x).numpy(), ref(a))
+    c = rng.standard_normal((300, 5, 3))  # short inner runs: the fallbacks
+    z = sm.tensor(c)
+    np.testing.assert_array_equal((z + z[:, :1, :]).numpy(), c + c[:, :1, :])
+    np.testing.assert_array_equal((z[:1] * z[:, :, :1]).numpy(), c[:1] * c[:, :, :1])
+    np.testing.assert_array_equal(sm.transpose(z, (2, 1, 0)).numpy(), c.transpose(2, 1, 0))
     # derivative products (tanh_grad, twice_mul) on suffix broadcasts: batched tangent x unbatched primal
     w = a[0] * 0.3
     for fn, d in ((sm.tanh, lambda v: 1 - np.tanh(v) ** 2), (sm.square, lambda v: 2 * v)):

@@ -106,10 +106,12 @@ def _binary_forward(op, out_dtype=None):
             xb, xs, yb, ys = x._buf, x.shape, y._buf, y.shape
             if n >= _EXPAND_MIN and backend.on_host():
                 mode = E.binary_mode(xs, ys, shape)
+                if mode == "gen" and od == x.dtype and KR.general_binary(op, xb, yb, out, xs, ys, shape, x.dtype):
+                    return out, shape, od
                 if mode == "gen":
                     # e.g. (B, m, n) + (B, 1, n) of batched tangents: the general-broadcast kernel divides per
-                    # axis per element; a row-wise broadcast of the operand(s) plus a same/suffix kernel is
-                    # ~5x faster
+                    # axis per element; a row-wise one (above) or a row-wise broadcast of the operand(s) plus a
+                    # same/suffix kernel is ~5x faster
                     yb, ys = _expand(y, shape)
                     mode = E.binary_mode(xs, ys, shape)
                     if mode == "gen":
@@ -167,6 +169,7 @@ def _lin(tx, ty, out, fx, fy):
 
 add = _binary("add", lambda g, x, y, out: (g, g),
               lambda ts, x, y, out: _lin(*ts, out, lambda t: t, lambda t: t))
+add.primitive.def_shape(lambda x, y: (broadcast_shapes("add", x.shape, y.shape), x.dtype))
 sub = _binary("sub", lambda g, x, y, out: (g, -g if needs(1) else None),
               lambda ts, x, y, out: _lin(*ts, out, lambda t: t, lambda t: -t))
 mul = _binary("mul", lambda g, x, y, out: (g * y if needs(0) else None, g * x if needs(1) else None),
