@@ -78,12 +78,13 @@ def bias_act(act, h, b, y, rows, cols, dtype):
 
 # --- 16-byte vector forms (CPU; see _vec.py): rows of cols/L vectors ----------------------------
 VEC_ACTS = ("identity", "relu")
+VECTOR = True  # False: the scalar kernels only (what devices run; benchmarks compare)
 VEC_MIN_COLS = 16  # narrower rows (e.g. 10 logits) stay scalar: launch-bound anyway
 
 
 def _vec_ok(cols, dtype):
     L = V.LANES.get(dtype)
-    return L is not None and cols >= VEC_MIN_COLS and cols % L == 0 and C.backend.on_host()
+    return VECTOR and L is not None and cols >= VEC_MIN_COLS and cols % L == 0 and C.backend.on_host()
 
 
 def _build_bias_act_vec(act, dtype, serial):
