@@ -325,9 +325,11 @@ def batched_jvp(f, primals, tangents, has_aux=False):
 
 
 _last_cost = [0]  # elements of tangent output produced per batch column by the last batched_jvp (chunking)
-# default chunking of jacfwd / hessian: the first pass takes FIRST_CHUNK columns; later passes as many as
-# keep the tangent data produced per pass under CHUNK_BUDGET elements (measured on the first pass)
+# default chunking of jacfwd / hessian: n <= FIRST_CHUNK columns go in one pass (as torch.func / JAX do);
+# for larger n a first pass of PROBE_CHUNK columns measures the tangent data produced per column, and later
+# passes take as many columns as keep it under CHUNK_BUDGET elements per pass
 FIRST_CHUNK = 512
+PROBE_CHUNK = 32
 CHUNK_BUDGET = 1 << 25
 
 
@@ -335,9 +337,10 @@ def jacfwd(f, argnums=0, has_aux=False, *, chunk_size=None, batched=True):
     """Jacobian by forward mode, shape ``out.shape + x.shape`` (pytree outputs: per leaf).
 
     Args:
-        chunk_size: tangents pushed per pass (batched tangents, :func:`batched_jvp`). None: the
-            first pass takes ``min(n, FIRST_CHUNK=512)`` basis vectors, later passes as many as keep the
-            tangent data of one pass under ``CHUNK_BUDGET`` (2**25 elements, measured on the first pass).
+        chunk_size: tangents pushed per pass (batched tangents, :func:`batched_jvp`). None: all n basis
+            vectors in one pass when n <= ``FIRST_CHUNK`` (512); else a first pass of ``PROBE_CHUNK`` (32)
+            measures the tangent data per column, and later passes take as many columns as keep it under
+            ``CHUNK_BUDGET`` (2**25 elements) per pass.
         batched: False = the previous path, one unbatched :func:`jvp` per input element.
     """
     if not batched:
@@ -368,7 +371,7 @@ def jacfwd(f, argnums=0, has_aux=False, *, chunk_size=None, batched=True):
                 jacs.append(unflatten(td, [zeros(o.shape + x.shape, o.dtype) for o in out_leaves]))
                 continue
             pieces, start = [], 0
-            step = int(chunk_size) if chunk_size is not None else min(n, FIRST_CHUNK)
+            step = int(chunk_size) if chunk_size is not None else (n if n <= FIRST_CHUNK else PROBE_CHUNK)
             while start < n:
                 c = min(step, n - start)
                 eye = np.zeros((c, n))

@@ -295,7 +295,8 @@ def test_default_chunking_follows_the_measured_budget(monkeypatch):
         calls.append(next(t for t in tangents if t is not None).shape[0])
         return orig(f, primals, tangents, has_aux)
     monkeypatch.setattr(T, "batched_jvp", counting)
-    monkeypatch.setattr(T, "FIRST_CHUNK", 4)
+    monkeypatch.setattr(T, "FIRST_CHUNK", 10)
+    monkeypatch.setattr(T, "PROBE_CHUNK", 4)
     monkeypatch.setattr(T, "CHUNK_BUDGET", 200)
     x = np.random.default_rng(3).standard_normal(13)
     H = sm.hessian(_rosen)(sm.tensor(x)).numpy()
@@ -303,3 +304,6 @@ def test_default_chunking_follows_the_measured_budget(monkeypatch):
     per_col = T._last_cost[0]
     assert all(c == max(1, min(13, 200 // per_col)) for c in calls[1:-1])
     np.testing.assert_allclose(H, sm.hessian(_rosen, batched=False)(sm.tensor(x)).numpy(), rtol=1e-12, atol=1e-12)
+    calls.clear()
+    sm.hessian(_rosen)(sm.tensor(x[:9]))  # n <= FIRST_CHUNK: one pass
+    assert calls == [9]
