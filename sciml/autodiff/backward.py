@@ -1,9 +1,25 @@
 """Reverse-mode sweep over the tape: topological order, cotangent accumulation, pruning."""
 from __future__ import annotations
 
-from .primitive import enable_grad, no_grad
+import contextlib
+
+from .primitive import enable_grad, no_grad, reverse_depth, tangent_only
 
 _needs = {"mask": None}
+_tangent_only = {"depth": None}  # reverse depth whose sweep may skip the primal of wrt cotangents (hvp)
+
+
+@contextlib.contextmanager
+def tangent_only_results(depth):
+    """The sweep at reverse depth ``depth`` (and only it) may return wrt cotangents whose primal
+    values are not computed (buffer None): for callers that read only their forward tangents
+    (Hessian-vector products: the gradient itself is dead there)."""
+    prev = _tangent_only["depth"]
+    _tangent_only["depth"] = depth
+    try:
+        yield
+    finally:
+        _tangent_only["depth"] = prev
 
 
 def needs(i: int) -> bool:
@@ -37,6 +53,16 @@ def backward_to(roots, seeds, wrt, create_graph=False):
     the roots. With ``create_graph`` the sweep is itself recorded, so results can be
     differentiated again; tangents of active forward levels flow through it either way.
     """
+    lazy = not create_graph and _tangent_only["depth"] == reverse_depth()
+    if lazy:
+        try:
+            return _sweep(roots, seeds, wrt, create_graph, True)
+        except (AttributeError, TypeError, ValueError, _Redo):
+            pass  # a rule read a skipped primal value: sweep again, computing everything
+    return _sweep(roots, seeds, wrt, create_graph, False)
+
+
+def _sweep(roots, seeds, wrt, create_graph, lazy):
     from .tensor import ones
     root_nodes = [r._node for r in roots]
     order = _toposort(root_nodes)
@@ -63,17 +89,53 @@ def backward_to(roots, seeds, wrt, create_graph=False):
             prim = node.prim
             if prim.vjp is None:
                 raise NotImplementedError(f"{prim.name!r} has no VJP rule; it cannot be differentiated.")
-            _needs["mask"] = mask
-            try:
-                grads = prim.vjp(g, *node.inputs, out=node.output(), **node.params)
-            finally:
-                _needs["mask"] = None
-            for x, gi, m in zip(node.inputs, grads, mask):
-                if not m or gi is None:
+            if lazy and g._tangents:
+                final = tuple(m and x._node.prim is None and id(x._node) in wrt_ids for x, m in zip(node.inputs, mask))
+                if any(final):
+                    _sweep_split(cot, node, g, mask, final)
                     continue
-                k = id(x._node)
-                cot[k] = cot[k] + gi if k in cot else gi
+            _accumulate(cot, node, _call_vjp(prim, g, node, mask), mask)
     return [cot.get(id(n)) for n in wrt]
+
+
+def _call_vjp(prim, g, node, mask):
+    _needs["mask"] = mask
+    try:
+        return prim.vjp(g, *node.inputs, out=node.output(), **node.params)
+    finally:
+        _needs["mask"] = None
+
+
+def _sweep_split(cot, node, g, mask, final):
+    """One node's VJP where some inputs are wrt leaves whose primal cotangent is dead: those come
+    from a tangent-only call (e.g. a weight gradient's GEMM is skipped, its tangent's GEMMs run).
+    A rule that reads a skipped value fails, and :func:`backward_to` sweeps again without this."""
+    rest = tuple(m and not f for m, f in zip(mask, final))
+    if any(rest):
+        _accumulate(cot, node, _call_vjp(node.prim, g, node, rest), rest)
+    with tangent_only():
+        _accumulate(cot, node, _call_vjp(node.prim, g, node, final), final)
+
+
+class _Redo(Exception):
+    pass
+
+
+def _accumulate(cot, node, grads, mask):
+    for x, gi, m in zip(node.inputs, grads, mask):
+        if not m or gi is None:
+            continue
+        k = id(x._node)
+        if k in cot:
+            if gi._buf is None or cot[k]._buf is None:  # sums of tangent-only cotangents stay tangent-only
+                if not (gi._tangents and cot[k]._tangents):
+                    raise _Redo()
+                with tangent_only():
+                    cot[k] = cot[k] + gi
+            else:
+                cot[k] = cot[k] + gi
+        else:
+            cot[k] = gi
 
 
 def _feeds_other(node, useful, wrt_ids):

@@ -20,6 +20,8 @@ import numpy as np
 
 from .pytree import flatten, unflatten
 from .tensor import Tensor, tensor
+from . import backward as B
+from . import primitive as P
 from . import transforms as T
 
 
@@ -64,8 +66,19 @@ def grad_and_hvp(f, params, v):
 
 
 def hvp(f, params, v):
-    """Hessian-vector product ``H v`` of a scalar ``f`` at ``params``, shaped like ``params``."""
-    return grad_and_hvp(f, params, v)[1]
+    """Hessian-vector product ``H v`` of a scalar ``f`` at ``params``, shaped like ``params``.
+
+    Forward over reverse, without the gradient itself: the gradient's last products (e.g. a
+    weight gradient ``h^T g``, one GEMM per layer) are dead here, so only their tangents are
+    computed (:func:`sciml.autodiff.backward.tangent_only_results`); use :func:`grad_and_hvp`
+    when the gradient is wanted too."""
+    pl, pd, vl = _match("hvp", params, v)
+
+    def flat_f(*leaves):
+        return f(unflatten(pd, list(leaves)))
+    with B.tangent_only_results(P.reverse_depth() + 1):
+        _, hv = T.hvp(flat_f, tuple(pl), tuple(vl))
+    return unflatten(pd, list(hv))
 
 
 def hvp_operator(f, params):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 
-_state = {"grad_enabled": True, "reverse_depth": 0, "create_graph": False}
+_state = {"grad_enabled": True, "reverse_depth": 0, "create_graph": False, "tangent_only": False}
 _level_counter = itertools.count(1)
 _batched_levels: dict = {}  # level -> [B, elements produced per batch column] (see batched_jvp)
 
@@ -69,6 +69,7 @@ class Primitive:
         self.jvp = None
         self.batched_jvp = None
         self.order = order
+        self.shape_fn = None  # (inputs, params) -> (shape, dtype) without running the kernels
 
     def def_vjp(self, rule):
         """Register ``rule(g, *inputs, out=..., **params) -> tuple of cotangents`` (None = zero)."""
@@ -80,6 +81,13 @@ class Primitive:
         ``tangents`` holds a Tensor or None (zero) per input."""
         self.jvp = rule
         return rule
+
+    def def_shape(self, fn):
+        """Register ``fn(*inputs, **params) -> (shape, dtype)``. In a tangent-only region (the last
+        products of :func:`sciml.autodiff.curvature.hvp`, whose primal values are dead) such a
+        primitive computes its tangents without running its forward kernels."""
+        self.shape_fn = fn
+        return fn
 
     def def_batched_jvp(self, rule):
         """Register the JVP rule for batched tangents: ``rule(tangents, *inputs, out=..., **params)``
@@ -98,6 +106,8 @@ class Primitive:
 def apply(prim, inputs, params):
     """Run ``prim`` on Tensors ``inputs``, recording the tape and pushing tangents."""
     Tensor = _T[0] if _T else _tensor_cls()
+    if _state["tangent_only"] and prim.shape_fn is not None and any(x._tangents for x in inputs):
+        return _apply_tangent_only(prim, inputs, params, Tensor)
     buf, shape, dtype = prim.forward(*inputs, **params)
     if prim.order == 0:  # not differentiable (comparisons): a constant for every transform
         return Tensor._make(buf, shape, dtype)
@@ -119,6 +129,37 @@ def apply(prim, inputs, params):
             if node is not None:
                 node.out_tangents = None
     return Tensor._make(buf, shape, dtype, node, tangents)
+
+
+def _apply_tangent_only(prim, inputs, params, Tensor):
+    """Tangents only: the output's primal buffer is None (it must not be read; see def_shape)."""
+    shape, dtype = prim.shape_fn(*inputs, **params)
+    levels = set()
+    for x in inputs:
+        if x._tangents:
+            levels |= set(x._tangents)
+    tangents = {}
+    _state["tangent_only"] = False  # the rules' own ops compute normally
+    try:
+        for lv in sorted(levels):
+            out_lv = Tensor._make(None, shape, dtype, None, dict(tangents) or None)
+            t = _jvp_at_level(prim, inputs, params, out_lv, lv)
+            if t is not None:
+                tangents[lv] = t
+    finally:
+        _state["tangent_only"] = True
+    return Tensor._make(None, shape, dtype, None, tangents or None)
+
+
+@contextlib.contextmanager
+def tangent_only():
+    """Within: primitives with a shape rule skip their forward kernels when inputs carry tangents."""
+    prev = _state["tangent_only"]
+    _state["tangent_only"] = True
+    try:
+        yield
+    finally:
+        _state["tangent_only"] = prev
 
 
 def _jvp_at_level(prim, inputs, params, out, lv):

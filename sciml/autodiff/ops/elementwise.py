@@ -138,8 +138,8 @@ def _expand(t, shape):
 
 def _binary(op, vjp, jvp):
     prim = Primitive(op, _binary_forward(op))
-    prim.def_vjp(lambda g, x, y, out: tuple(None if r is None else sum_to(r, s.shape)
-                                           for r, s in zip(vjp(g, x, y, out), (x, y))))
+    prim.def_vjp(lambda g, x, y, out: tuple(None if r is None or not needs(i) else sum_to(r, s.shape)
+                                           for i, (r, s) in enumerate(zip(vjp(g, x, y, out), (x, y)))))
     prim.def_jvp(jvp)
     # batched: lift each (B,)+x.shape tangent to rank out.ndim + 1; the rule then broadcasts correctly
     # and _lin broadcasts the sum to (B,)+out.shape

@@ -46,6 +46,12 @@ def _mm_forward(a, b, ta, tb):
 _mm = Primitive("matmul", _mm_forward)
 
 
+@_mm.def_shape
+def _mm_shape(a, b, ta, tb):
+    m, _, _, n = _dims(a, b, ta, tb)
+    return a.shape[:-2] + (m, n), a.dtype
+
+
 @_mm.def_vjp
 def _mm_vjp(g, a, b, out, ta, tb):
     ga = gb = None
@@ -80,6 +86,7 @@ def _mm2_forward(a, b, c, d, ta, tb, tc, td):
 
 
 _mm2 = Primitive("matmul2", _mm2_forward)
+_mm2.def_shape(lambda a, b, c, d, ta, tb, tc, td: _mm_shape(a, b, ta, tb))
 
 
 def _pair_vjp(g, x, y, tx, ty, nx, ny):
