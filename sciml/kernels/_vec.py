@@ -33,17 +33,22 @@ class VecLaunch:
     """A vector-dtype kernel: compiled on its first call with ``real_matrix_scalarize`` off, then
     launched directly with the compiled kernel's argument setters (as ``_common.FastLaunch``,
     which only handles scalar-typed ndarrays). Call as ``k(arrays, ptrs, counts, scalars)``:
-    array ``i`` is passed as ``counts[i]`` vectors starting at ``ptrs[i]``; ``scalars`` follow."""
+    array ``i`` is passed as ``counts[i]`` elements of its ndarray type (vectors of ``lanes``, or
+    scalars where ``lanes`` is 1: ``lanes`` is one int or one per array) starting at ``ptrs[i]``;
+    ``scalars`` (the remaining kernel arguments) follow."""
     __slots__ = ("kernel", "fast", "lanes")
 
     def __init__(self, kernel, lanes):
         self.kernel, self.fast, self.lanes = kernel, None, lanes
 
+    def _lanes(self, n):
+        return [self.lanes] * n if isinstance(self.lanes, int) else list(self.lanes)
+
     def __call__(self, arrays, ptrs, counts, scalars):
         if self.fast is not None:
             return self.fast(ptrs, counts, scalars)
-        L = self.lanes
-        views = [a[:c * L].reshape(c, L) for a, c in zip(arrays, counts)]
+        views = [a[:c * L].reshape(c, L) if L > 1 else a[:c]
+                 for a, c, L in zip(arrays, counts, self._lanes(len(arrays)))]
         cfg = C.ti().lang.impl.current_cfg()
         prev = cfg.real_matrix_scalarize
         cfg.real_matrix_scalarize = False
@@ -51,10 +56,8 @@ class VecLaunch:
             self.kernel(*views, *scalars)
         finally:
             cfg.real_matrix_scalarize = prev
-        if not os.environ.get("SCIML_SAFE_LAUNCH"):
+        if not os.environ.get("SCIML_SAFE_LAUNCH"):  # else: Taichi's own call every time (debugging)
             self.fast = self._make_fast(views, scalars)
-        else:  # pragma: no cover - debugging switch
-            self.fast = lambda p, c, s: self.kernel(*[a[:n * L].reshape(n, L) for a, n in zip(arrays, c)], *s)
 
     def _make_fast(self, views, scalars):
         from taichi.lang import impl
@@ -65,7 +68,8 @@ class VecLaunch:
         prog = impl.get_runtime().prog
         mk, launch = tk.make_launch_context, prog.launch_kernel
         ckd = prog.compile_kernel(prog.config(), prog.get_device_caps(), tk)
-        na, vbytes = len(views), self.lanes * views[0].itemsize
+        na = len(views)
+        unit = [L * v.itemsize for L, v in zip(self._lanes(na), views)]
         is_int = [id(cook_dtype(a.annotation)) in primitive_types.integer_type_ids or
                   a.annotation in primitive_types.integer_types for a in prim.arguments[na:]]
         aidx = [(i,) for i in range(na)]
@@ -75,7 +79,7 @@ class VecLaunch:
             c = mk()
             for i, p in enumerate(ptrs):
                 n = counts[i]
-                c.set_arg_external_array_with_shape(aidx[i], p, n * vbytes, (n,), 0)
+                c.set_arg_external_array_with_shape(aidx[i], p, n * unit[i], (n,), 0)
             for (ix, integer), s in zip(sidx, scalars):
                 if integer:
                     c.set_arg_int(ix, int(s))

@@ -125,31 +125,35 @@ def _update_func(kind, serial, blk, plain, flags):
     raise ValueError(kind)
 
 
-def _build_update(kind, dtype, serial, plain=False, flags=(), lanes=0, count=1):
-    """A kernel updating ``count`` tensors in one launch: arguments are each tensor's arrays (in
-    ``_ARRAYS[kind]`` order), then each tensor's count n_t (elements, or vectors when ``lanes``),
-    then the scalars ``_SCALARS[kind]``. Its source is generated (the argument list depends on
-    ``count``) and registered with ``linecache`` so that Taichi can read it."""
+def _build_update(kind, dtype, serial, plain=False, flags=(), lanes=0, members=None):
+    """A kernel updating several tensors in one launch: arguments are each tensor's arrays (in
+    ``_ARRAYS[kind]`` order), then each tensor's count n_t (elements, or vectors for a vector
+    member), then the scalars ``_SCALARS[kind]``. ``members``: lanes per tensor (1 = scalar-typed
+    arrays); default one tensor of ``lanes`` (0 = scalar). Its source is generated (the argument
+    list depends on the members) and registered with ``linecache`` so that Taichi can read it."""
     import linecache
     ti = C.ti()
     T = C.backend.ti_dtype(dtype)
-    if lanes:
-        A = ti.types.ndarray(dtype=ti.types.vector(lanes, T), ndim=1)
-        blk = max(BLOCK // lanes, 1)
-    else:
-        A = C.arr(dtype)
+    members = tuple(members) if members is not None else (lanes or 1,)
+    env = {"ti": ti, "T": T}
+    for L in set(members):
+        env[f"A{L}"] = ti.types.ndarray(dtype=ti.types.vector(L, T), ndim=1) if L > 1 else C.arr(dtype)
+    if len(members) == 1 and members[0] == 1:
         blk = _loop(serial)
-    upd = _update_func(kind, serial, blk, plain, flags)
+    else:
+        assert serial or len(members) == 1, "grouped updates are serialized"
+        blk = max(BLOCK // max(members), 1)
+    env["upd"] = _update_func(kind, serial, blk, plain, flags)
     names, sc = _ARRAYS[kind], _SCALARS[kind]
-    sig = ([f"{a}{t}: A" for t in range(count) for a in names] + [f"n{t}: ti.i32" for t in range(count)]
+    sig = ([f"{a}{t}: A{L}" for t, L in enumerate(members) for a in names] + [f"n{t}: ti.i32" for t in range(len(members))]
            + [f"{x}: T" for x in sc])
-    body = [f"    upd({', '.join(f'{a}{t}' for a in names)}, n{t}, {', '.join(sc)})" for t in range(count)]
-    src = f"def {kind}_x{count}({', '.join(sig)}):\n" + "\n".join(body) + "\n"
-    fname = f"<sciml.kernels.optim:{kind}:{dtype}:{serial}:{plain}:{flags}:{lanes}:{count}>"
+    body = [f"    upd({', '.join(f'{a}{t}' for a in names)}, n{t}, {', '.join(sc)})" for t in range(len(members))]
+    fn = f"{kind}_x{len(members)}"
+    src = f"def {fn}({', '.join(sig)}):\n" + "\n".join(body) + "\n"
+    fname = f"<sciml.kernels.optim:{kind}:{dtype}:{serial}:{plain}:{flags}:{members}>"
     linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
-    env = {"ti": ti, "A": A, "T": T, "upd": upd}
     exec(compile(src, fname, "exec"), env)  # noqa: S102 - generated from the fixed names above
-    return ti.kernel(env[f"{kind}_x{count}"])
+    return ti.kernel(env[fn])
 
 
 def _build(kind, dtype, serial, plain=False, flags=(), lanes=0):
@@ -222,23 +226,21 @@ def _run(kind, arrays, n, dtype, scalars, plain=False, flags=()):
 GROUP_MAX = 8  # tensors per grouped launch (the generated kernel has 3-4 array arguments per tensor)
 
 
-def _pointers(arrays, cache):
-    """Aligned data addresses of ``arrays`` (None if one is misaligned). ``cache`` (an optimizer's
-    dict) remembers the addresses of its persistent buffers (every array but the gradient, the
-    second): an address costs ~0.6-2 us per call here (``_common.address``)."""
-    if cache is None:
-        return V.pointers(arrays)
+def _pointers(arrays, cache, aligned=True):
+    """Data addresses of ``arrays`` (None if ``aligned`` and one is not 16-byte aligned). ``cache``
+    (an optimizer's dict) remembers the addresses of its persistent buffers (every array but the
+    gradient, the second): an address costs ~0.6-2 us per call here (``_common.address``)."""
     g = arrays[1]
     out = []
     for a in arrays:
-        if a is g:
+        if cache is None or a is g:
             q = C.address(a)
         else:
             e = cache.get(id(a))
             if e is None or e[0] is not a:
                 e = cache[id(a)] = (a, C.address(a))
             q = e[1]
-        if q & 15:
+        if aligned and q & 15:
             return None
         out.append(q)
     return out
@@ -248,34 +250,40 @@ def update_many(kind, dtype, items, scalars, plain=False, flags=(), cache=None):
     """Update ``kind`` over several tensors: ``items`` = [(arrays, n)] (arrays in ``_ARRAYS[kind]``
     order, written in place), the same ``scalars`` for all.
 
-    On CPU the vector parts of all eligible tensors (>= VEC_MIN elements, 16-byte aligned, below
-    VEC_SERIAL_BELOW) run in ONE launch of a generated kernel per GROUP_MAX tensors (measured: 6
-    launches ~17 us each -> one); the others (and scalar tails) take :func:`_run`."""
+    On CPU every tensor below VEC_SERIAL_BELOW elements goes into ONE launch of a generated
+    kernel (per GROUP_MAX tensors): the vector parts of the 16-byte-aligned ones as vector
+    members, their ``n % lanes`` tails and the small or misaligned tensors as scalar members
+    (measured: 6 launches ~17 us each -> one). Larger tensors take :func:`_run` (parallel)."""
     L = V.LANES.get(dtype)
     if not (L and VECTOR and C.backend.on_host()):
         for arrays, n in items:
             _run(kind, arrays, n, dtype, scalars, plain, flags)
         return
-    vec = []
+    vec, scal = [], []
     for arrays, n in items:
-        ptrs = _pointers(arrays, cache) if VEC_MIN <= n < VEC_SERIAL_BELOW else None
-        if ptrs is None:
+        if n >= VEC_SERIAL_BELOW:
             _run(kind, arrays, n, dtype, scalars, plain, flags)
-        else:
-            vec.append((arrays, ptrs, n))
-    for c0 in range(0, len(vec), GROUP_MAX):
-        chunk = vec[c0:c0 + GROUP_MAX]
-        cnt = len(chunk)
-        k = V.cached(("optim_vec_group", kind, dtype, plain, flags, cnt),
-                     lambda: _build_update(kind, dtype, True, plain, flags, lanes=L, count=cnt), L)
-        ms = [n // L for _, _, n in chunk]
-        na = len(chunk[0][0])
-        k([a for arrays, _, _ in chunk for a in arrays], [q for _, ptrs, _ in chunk for q in ptrs],
-          [m for m in ms for _ in range(na)], tuple(ms) + tuple(scalars))
-        for arrays, _, n in chunk:
-            h = n - n % L
-            if h < n:
-                _kernel(kind, n - h, dtype, plain, flags)(*[a[h:n] for a in arrays], n - h, *scalars)
+            continue
+        ptrs = _pointers(arrays, cache) if n >= VEC_MIN else None
+        if ptrs is None:
+            scal.append((arrays, _pointers(arrays, cache, aligned=False), n))
+            continue
+        h = n - n % L
+        vec.append((arrays, ptrs, h // L))
+        if h < n:
+            tail = [a[h:n] for a in arrays]
+            scal.append((tail, [q + h * a.itemsize for q, a in zip(ptrs, arrays)], n - h))
+    members = [(m, L) for m in vec] + [(m, 1) for m in scal]
+    na = len(_ARRAYS[kind])
+    for c0 in range(0, len(members), GROUP_MAX):
+        chunk = members[c0:c0 + GROUP_MAX]
+        spec = tuple(Lm for _, Lm in chunk)
+        k = V.cached(("optim_group", kind, dtype, plain, flags, spec),
+                     lambda: _build_update(kind, dtype, True, plain, flags, members=spec),
+                     tuple(Lm for Lm in spec for _ in range(na)))
+        ms = [m[2] for m, _ in chunk]
+        k([a for m, _ in chunk for a in m[0]], [q for m, _ in chunk for q in m[1]],
+          [c for c in ms for _ in range(na)], tuple(ms) + tuple(scalars))
 
 
 def adam_scalars(lr, b1, b2, eps, bc1, bc2, gscale=1.0, wd=0.0, decoupled_wd=0.0):

@@ -121,3 +121,26 @@ def test_grouped_launch_over_many_tensors_and_dtypes(cls, kind, kw):
         want = _ref(kind, kw, p0[i].astype(d), [g[i].astype(d) for g in gs])
         tol = dict(rtol=1e-12, atol=1e-13) if d == "float64" else dict(rtol=2e-5, atol=2e-6)
         np.testing.assert_allclose(p.numpy(), want, **tol)
+
+
+def test_update_many_mixes_vector_tail_small_and_misaligned_members():
+    rng = np.random.default_rng(4)
+    sizes = [300, 7, 1001, 256]
+    bufs, ref = [], []
+    for i, n in enumerate(sizes):
+        arrs = [rng.normal(size=n + 1).astype(np.float32) for _ in range(4)]
+        arrs[3] = np.abs(arrs[3])
+        arrs = [a[1:] if i == 2 else a[:n] for a in arrs]        # tensor 2 misaligned (one element off)
+        bufs.append(arrs)
+        ref.append([a.copy() for a in arrs])
+    sc, plain = K.adam_scalars(0.01, 0.9, 0.999, 1e-8, 0.1, 0.001)
+    K.update_many("adam", "float32", [(tuple(a), n) for a, n in zip(bufs, sizes)], sc, plain, (), cache={})
+    for arrs, n in zip(ref, sizes):
+        K.VECTOR = False
+        try:
+            K.adam(*arrs, n, "float32", 0.01, 0.9, 0.999, 1e-8, 0.1, 0.001)
+        finally:
+            K.VECTOR = True
+    for got, want in zip(bufs, ref):
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
