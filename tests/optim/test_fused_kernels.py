@@ -144,3 +144,18 @@ def test_update_many_mixes_vector_tail_small_and_misaligned_members():
     for got, want in zip(bufs, ref):
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_parallel_vector_path(monkeypatch, dtype):
+    """Tensors at or above VEC_SERIAL_BELOW run the parallel (blocked) vector kernel on their own."""
+    monkeypatch.setattr(K, "VEC_SERIAL_BELOW", 1000)
+    rng = np.random.default_rng(5)
+    p0, gs = rng.normal(size=5003), [rng.normal(size=5003) for _ in range(2)]
+    p = Parameter(p0, dtype=dtype)
+    opt = Adam([p, Parameter(np.ones(10), dtype=dtype)], lr=0.01)
+    for g in gs:
+        opt.step([sm.tensor(g, dtype), sm.ones(10, dtype=dtype)])
+    want = _ref("adam", dict(lr=0.01), p0.astype(dtype), [g.astype(dtype) for g in gs])
+    tol = dict(rtol=1e-12, atol=1e-13) if dtype == "float64" else dict(rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(p.numpy(), want, **tol)
