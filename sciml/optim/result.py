@@ -93,8 +93,13 @@ class CurvatureOptimizer(Optimizer):
     def _load_state_arrays(self, arrays):
         pass
 
-    def step(self, loss_fn=None):
-        """Run the method from the bound parameters on ``loss_fn`` (params pytree -> scalar Tensor)."""
+    def step(self, loss_fn=None, *, max_iter=None):
+        """Run the method from the bound parameters on ``loss_fn`` (params pytree -> scalar Tensor).
+
+        ``max_iter`` lowers this call's iteration budget (e.g. the steps left in a training stage;
+        the evaluation budget scales with it as in the constructor's default); it never raises it."""
+        if max_iter is not None:
+            return self._step_capped(loss_fn, max_iter)
         name = type(self).__name__
         if loss_fn is None or not callable(loss_fn):
             raise TypeError(f"{name}.step(loss_fn): got {type(loss_fn).__name__}; {name} evaluates the loss "
@@ -113,6 +118,20 @@ class CurvatureOptimizer(Optimizer):
         self.step_count += 1
         self.last_result = res
         return res
+
+    def _step_capped(self, loss_fn, max_iter):
+        check_positive_int(f"{type(self).__name__}.step", "max_iter", max_iter)
+        opts = getattr(self, "_opts", None)
+        if not isinstance(opts, dict) or "max_iter" not in opts or opts["max_iter"] <= max_iter:
+            return self.step(loss_fn)
+        saved = dict(opts)
+        opts["max_iter"] = int(max_iter)
+        opts["max_eval"] = min(saved["max_eval"], -(-int(max_iter) * 5 // 4))
+        try:
+            return self.step(loss_fn)
+        finally:
+            opts.clear()
+            opts.update(saved)
 
     def _minimize(self, loss_fn, values):  # pragma: no cover - abstract
         raise NotImplementedError

@@ -68,3 +68,15 @@ def test_fresh_state_roundtrip_and_mismatch():
     broken = {"step": 1, "state": {"lbfgs.S": sd["state"]["lbfgs.S"]}}
     with pytest.raises(KeyError, match="missing"):
         other.load_state_dict(broken)
+
+
+def test_step_max_iter_caps_one_call():
+    net, loss = _problem()
+    opt = LBFGS(net.params(), max_iter=50, gtol=0.0, ftol=0.0, xtol=0.0)
+    r = opt.step(loss, max_iter=3)
+    assert r.iterations <= 3 and r.reason in ("max_iter", "max_eval") and r.nfev <= 4  # max_eval = ceil(5/4 * 3)
+    assert opt._opts["max_iter"] == 50  # restored
+    r = opt.step(loss, max_iter=500)     # never raises the constructor's budget
+    assert r.iterations <= 50
+    with pytest.raises(ValueError, match="max_iter must be a positive integer"):
+        opt.step(loss, max_iter=0)
