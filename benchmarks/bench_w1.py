@@ -2,7 +2,8 @@
 softmax cross-entropy, batch 256, float32 — sciml vs PyTorch (eager) and JAX (jit), same inputs
 (benchmarks/peers/common.py w1_inputs), measured in the same run.
 
-    python benchmarks/bench_w1.py [--repeat 30] [--json out.json]
+    python benchmarks/bench_w1.py [--repeat 30] [--json out.json] [--breakdown]
+    python benchmarks/bench_w1.py --interleaved 15    # sciml vs torch, alternating rounds (shared machines)
 
 sciml's step: ``value_and_grad`` of ``cross_entropy(net.apply(params, x), y)`` over ``net.params()``
 (each hidden layer = one BLAS GEMM + one fused bias+ReLU Taichi kernel; the loss one fused softmax
@@ -13,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -71,6 +73,53 @@ def _gemms(d):
     return run
 
 
+def interleaved(rounds, batch=8):
+    """sciml's and torch's W1 steps timed in alternating rounds (best of ``batch`` steps per round,
+    median over rounds): both see the same machine load, so the ratio is meaningful on a busy host."""
+    from sciml.models import MLP, cross_entropy
+    from sciml.optim import Adam
+    from benchmarks.peers import torch_peers as TP
+    import torch
+    import torch.nn.functional as F
+    d = C.w1_inputs(0)
+    net = MLP(list(C.W1_SIZES), activation=sm.relu)
+    net.load_state_dict({f"layers.{i}.{k}": v for i, (W, b) in enumerate(d["params"])
+                         for k, v in (("weight", W), ("bias", b))})
+    x, y = sm.tensor(d["x"], "float32"), d["y"].astype(np.int32)
+    opt = Adam(net.params(), lr=C.ADAM_LR, betas=(C.ADAM_B1, C.ADAM_B2), eps=C.ADAM_EPS)
+    vg = sm.value_and_grad(lambda p: cross_entropy(net.apply(p, x), y))
+
+    def sciml_step():
+        opt.step(vg(net.params())[1])
+    tx, ty = torch.from_numpy(d["x"]), torch.from_numpy(d["y"])
+    ps = TP._params(d["params"])
+    topt = TP._adam(ps)
+
+    def torch_step():
+        topt.zero_grad(set_to_none=True)
+        F.cross_entropy(TP._mlp(ps, tx, torch.relu), ty).backward()
+        topt.step()
+    entries = {"sciml W1 step": sciml_step, "torch W1 step": torch_step}
+    res = {k: [] for k in entries}
+    for f in entries.values():
+        for _ in range(5):
+            f()
+    for _ in range(rounds):
+        for k, f in entries.items():
+            best = float("inf")
+            for _ in range(batch):
+                t = time.perf_counter()
+                f()
+                best = min(best, time.perf_counter() - t)
+            res[k].append(best)
+    print(f"W1 interleaved: {rounds} rounds, best of {batch} steps per round; median (min) ms")
+    for k, v in res.items():
+        print(f"  {k:14s} {np.median(v) * 1e3:7.3f} ({min(v) * 1e3:.3f})")
+    print(f"  ratio sciml/torch: {np.median(res['sciml W1 step']) / np.median(res['torch W1 step']):.3f} (medians), "
+          f"{min(res['sciml W1 step']) / min(res['torch W1 step']):.3f} (minima)")
+    return res
+
+
 def _blas_limit(n):
     import contextlib
     if not n:
@@ -84,10 +133,14 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--json", default=None)
     ap.add_argument("--breakdown", action="store_true", help="also time fwd+bwd, Adam and the bare GEMMs")
+    ap.add_argument("--interleaved", type=int, default=0, metavar="ROUNDS",
+                    help="only time sciml vs torch in alternating rounds (fair on a loaded machine)")
     ap.add_argument("--blas-threads", type=int, default=None,
                     help="limit numpy's BLAS threads (threadpoolctl) for sciml's run; default: as configured")
     args = ap.parse_args(argv)
     sm.init(dtype="float32")
+    if args.interleaved:
+        return interleaved(args.interleaved)
     with _blas_limit(args.blas_threads):  # sciml's run only; the peers keep their own thread settings
         results = [sciml_w1_step(repeat=args.repeat)]
         extra = sciml_w1_step(repeat=args.repeat, breakdown=True)[1:] if args.breakdown else []
