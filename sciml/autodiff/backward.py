@@ -28,22 +28,32 @@ def needs(i: int) -> bool:
     return True if m is None else m[i]
 
 
-def _toposort(roots):
-    order, seen = [], set()
+def _toposort(roots, wrt_set):
+    """Post-order of the nodes reachable from ``roots`` (inputs before outputs), and the set of
+    nodes that lead to a ``wrt`` node (only they get cotangents). Nodes are keys by identity."""
+    order, seen, useful = [], set(), set()
     stack = [(n, False) for n in roots if n is not None]
     while stack:
         node, done = stack.pop()
         if done:
             order.append(node)
+            if node in wrt_set:
+                useful.add(node)
+            else:
+                for x in node.inputs:
+                    if x._node in useful:
+                        useful.add(node)
+                        break
             continue
-        if id(node) in seen:
+        if node in seen:
             continue
-        seen.add(id(node))
+        seen.add(node)
         stack.append((node, True))
         for x in node.inputs:
-            if x._node is not None and id(x._node) not in seen:
-                stack.append((x._node, False))
-    return order  # inputs before outputs
+            n = x._node
+            if n is not None and n not in seen:
+                stack.append((n, False))
+    return order, useful
 
 
 def backward_to(roots, seeds, wrt, create_graph=False):
@@ -65,37 +75,33 @@ def backward_to(roots, seeds, wrt, create_graph=False):
 def _sweep(roots, seeds, wrt, create_graph, lazy):
     from .tensor import ones
     root_nodes = [r._node for r in roots]
-    order = _toposort(root_nodes)
-    wrt_ids = {id(n) for n in wrt}
-    useful = set()
-    for node in order:
-        if id(node) in wrt_ids or any(x._node is not None and id(x._node) in useful for x in node.inputs):
-            useful.add(id(node))
+    wrt_set = set(wrt)
+    order, useful = _toposort(root_nodes, wrt_set)
     cot = {}
     for r, s, n in zip(roots, seeds or [None] * len(roots), root_nodes):
-        if n is None or id(n) not in useful:
+        if n is None or n not in useful:
             continue
         g = ones(r.shape, r.dtype) if s is None else s
-        cot[id(n)] = cot[id(n)] + g if id(n) in cot else g
+        cot[n] = cot[n] + g if n in cot else g
     ctx = enable_grad() if create_graph else no_grad()
     with ctx:
         for node in reversed(order):
-            g = cot.get(id(node))
-            if g is None or node.prim is None or id(node) in wrt_ids and not _feeds_other(node, useful, wrt_ids):
+            g = cot.get(node)
+            if g is None or node.prim is None:
                 continue
-            mask = tuple(x._node is not None and id(x._node) in useful for x in node.inputs)
-            if not any(mask):
+            mask = tuple(x._node in useful for x in node.inputs)
+            if not any(mask) or node in wrt_set and not _feeds_other(node, useful):
                 continue
             prim = node.prim
             if prim.vjp is None:
                 raise NotImplementedError(f"{prim.name!r} has no VJP rule; it cannot be differentiated.")
             if lazy and g._tangents:
-                final = tuple(m and x._node.prim is None and id(x._node) in wrt_ids for x, m in zip(node.inputs, mask))
+                final = tuple(m and x._node.prim is None and x._node in wrt_set for x, m in zip(node.inputs, mask))
                 if any(final):
                     _sweep_split(cot, node, g, mask, final)
                     continue
             _accumulate(cot, node, _call_vjp(prim, g, node, mask), mask)
-    return [cot.get(id(n)) for n in wrt]
+    return [cot.get(n) for n in wrt]
 
 
 def _call_vjp(prim, g, node, mask):
@@ -125,7 +131,7 @@ def _accumulate(cot, node, grads, mask):
     for x, gi, m in zip(node.inputs, grads, mask):
         if not m or gi is None:
             continue
-        k = id(x._node)
+        k = x._node
         if k in cot:
             if gi._buf is None or cot[k]._buf is None:  # sums of tangent-only cotangents stay tangent-only
                 if not (gi._tangents and cot[k]._tangents):
@@ -138,6 +144,6 @@ def _accumulate(cot, node, grads, mask):
             cot[k] = gi
 
 
-def _feeds_other(node, useful, wrt_ids):
+def _feeds_other(node, useful):
     """A wrt node whose inputs also lead to other wrt nodes must still pass cotangents on."""
-    return any(x._node is not None and id(x._node) in useful for x in node.inputs)
+    return any(x._node in useful for x in node.inputs)

@@ -131,7 +131,7 @@ class Tensor:
                              "reduce it first (.sum(), .mean()) for a scalar loss.")
         if self._node is None:
             raise RuntimeError("backward(): this Tensor does not depend on any tensor with requires_grad=True.")
-        leaves = [n for n in _toposort([self._node]) if n.prim is None]
+        leaves = [n for n in _toposort([self._node], set())[0] if n.prim is None]
         seed = None if gradient is None else as_tensor(gradient, self.dtype)
         grads = backward_to([self], [seed], leaves, create_graph=create_graph)
         for n, g in zip(leaves, grads):
