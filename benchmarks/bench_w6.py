@@ -7,8 +7,10 @@ sciml rows:
   sciml ops (generic autodiff: ~10 forward + ~20 backward kernel launches per evaluation);
 - ``sciml/W6_lbfgs_fused``: the same optimizer on a loss written as ONE fused Taichi kernel
   primitive (value) whose VJP is one more kernel (gradient): isolates the optimizer's own cost;
-- ``sciml/W6_newton_cg_ops``: ``sciml.optim.newton_cg`` (truncated CG on forward-over-reverse
-  HVPs, SciPy's forcing term), the loss in sciml ops.
+- ``sciml/W6_newton_cg_ops``: ``sciml.optim.newton_cg`` (truncated CG on Hessian-vector products
+  through the gradient's graph, SciPy's forcing term), the loss in sciml ops;
+- ``sciml/W6_newton_cg_dense_ops``: the same with ``hessian="dense"`` (H formed once per Newton
+  iteration by batched forward over reverse; the CG products are matrix-vector products).
 
     python -m benchmarks.bench_w6 [--repeat 3] [--no-peers]
 """
@@ -89,10 +91,13 @@ def run_sciml(repeat):
     res = []
     for name, fn, loss in (("sciml/W6_lbfgs_ops", lbfgs, rosen_ops(sm)),
                            ("sciml/W6_lbfgs_fused", lbfgs, rosen_fused(sm)),
-                           ("sciml/W6_newton_cg_ops", newton_cg, rosen_ops(sm))):
+                           ("sciml/W6_newton_cg_ops", newton_cg, rosen_ops(sm)),
+                           ("sciml/W6_newton_cg_dense_ops", newton_cg, rosen_ops(sm))):
         kw = dict(gtol=GTOL, ftol=0.0, xtol=0.0, max_iter=100000)
         if fn is lbfgs:
             kw.update(history=10, max_eval=200000)
+        if name.endswith("dense_ops"):
+            kw.update(hessian="dense")
         out = {}
 
         def solve(fn=fn, loss=loss, kw=kw):

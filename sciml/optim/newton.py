@@ -30,8 +30,9 @@ from .result import CurvatureOptimizer, Flat, IterInfo, Result, check_positive_i
 
 
 class _NewtonCG:
-    def __init__(self, n, dt, cg_max, cg_tol):
+    def __init__(self, n, dt, cg_max, cg_tol, hessian="products"):
         self.n, self.dt, self.cg_max, self.cg_tol = n, dt, cg_max, cg_tol
+        self.hessian = hessian
         self.out = backend.zeros(5, K.acc_dtype(dt))
         self.cg_iters = 0
 
@@ -69,7 +70,7 @@ class _NewtonCG:
         q = backend.empty(n, dt)
         K.axpy(r, 0.0, r, q, n, dt)                        # search direction q = r
         rr = gg
-        hvp = prob.hvp_operator(x)
+        hvp = _hvp_operator(prob, x, self.hessian)
         for j in range(self.cg_max):
             Hq = hvp(q)
             self.cg_iters += 1
@@ -98,6 +99,19 @@ class _NewtonCG:
 def _max_abs_diff(V, a, b):
     t = V.axpy(a, -1.0, b)
     return V.dots(t, t, t)[3]
+
+
+def _hvp_operator(prob, x, hessian):
+    return prob.dense_hessian_operator(x) if hessian == "dense" else prob.hvp_operator(x)
+
+
+def _hessian_mode(where, hessian, n):
+    if hessian not in ("products", "dense"):
+        raise ValueError(f"{where}: hessian={hessian!r}; expected 'products' (Hessian-vector products through "
+                         "the gradient's graph) or 'dense' (H formed once per iteration, small n).")
+    if hessian == "dense":
+        _check_dense(where, n)
+    return hessian
 
 
 class _DenseNewton(_NewtonCG):
@@ -134,7 +148,7 @@ class _DenseNewton(_NewtonCG):
 
 def newton_cg(loss_fn, params, *, cg_max=None, cg_tol=None, max_iter=200, max_eval=None, gtol=1e-7, ftol=1e-12,
               xtol=1e-12, c1=1e-4, c2=0.9, max_ls=25, callback=None, globalization="line_search", delta0=None,
-              delta_max=1e3):
+              delta_max=1e3, hessian="products"):
     """Minimise ``loss_fn(params)`` by truncated Newton-CG on Hessian-vector products.
 
     Args:
@@ -143,6 +157,11 @@ def newton_cg(loss_fn, params, *, cg_max=None, cg_tol=None, max_iter=200, max_ev
         globalization: "line_search" (strong Wolfe) or "trust_region" (Steihaug-CG inside a trust
             region of radius delta, N&W Alg. 4.1 / 7.2; one evaluation per iteration).
         delta0, delta_max: initial (default 0.1 max(1, ||g||)) and largest trust-region radius.
+        hessian: "products" (default): each CG product is a backward pass through the gradient's
+            graph (recorded once per Newton iteration); "dense": H is formed once per Newton
+            iteration (batched forward over reverse) and each CG product is a matrix-vector
+            product. Same iterates; "dense" is faster when n is small (a few hundred) and CG
+            takes many iterations, and uses n x (intermediate sizes) memory while forming H.
         Others as in :func:`sciml.optim.lbfgs.lbfgs` (``max_eval`` counts loss+gradient
         evaluations of the line search; HVPs are reported in ``result.nhvp``).
     Example:
@@ -152,9 +171,10 @@ def newton_cg(loss_fn, params, *, cg_max=None, cg_tol=None, max_iter=200, max_ev
                  gtol, ftol, xtol, 1.0, c1, c2, max_ls)
     prob = Flat(loss_fn, params, "newton_cg")
     cgm = _cg_max("newton_cg", cg_max, prob.n)
+    hm = _hessian_mode("newton_cg", hessian, prob.n)
     if _globalization("newton_cg", globalization) == "trust_region":
-        return _trust_region_run(prob, o, callback, cgm, cg_tol, delta0, delta_max)
-    return _run(prob, o, callback, None, lambda n, dt: _NewtonCG(n, dt, cgm, cg_tol))[0]
+        return _trust_region_run(prob, o, callback, cgm, cg_tol, delta0, delta_max, hm)
+    return _run(prob, o, callback, None, lambda n, dt: _NewtonCG(n, dt, cgm, cg_tol, hm))[0]
 
 
 def _globalization(where, g):
@@ -195,7 +215,10 @@ class NewtonCG(CurvatureOptimizer):
 
     def __init__(self, params=None, *, cg_max=None, cg_tol=None, max_iter=20, max_eval=None, gtol=1e-7,
                  ftol=1e-12, xtol=1e-12, c1=1e-4, c2=0.9, max_ls=25, callback=None, globalization="line_search",
-                 delta0=None, delta_max=1e3):
+                 delta0=None, delta_max=1e3, hessian="products"):
+        if hessian not in ("products", "dense"):
+            _hessian_mode("NewtonCG", hessian, 0)
+        self._hessian = hessian
         self._opts = _options("NewtonCG", 1, max_iter, max_eval if max_eval is not None else 10 * max_iter,
                               gtol, ftol, xtol, 1.0, c1, c2, max_ls)
         if cg_max is not None:
@@ -207,9 +230,11 @@ class NewtonCG(CurvatureOptimizer):
     def _minimize(self, loss_fn, values):
         prob = Flat(loss_fn, values, "NewtonCG.step")
         cgm = _cg_max("NewtonCG", self._cg[0], prob.n)
+        hm = _hessian_mode("NewtonCG.step", self._hessian, prob.n)
         if self._tr[0] == "trust_region":
-            return _trust_region_run(prob, self._opts, self._callback, cgm, self._cg[1], self._tr[1], self._tr[2])
-        return _run(prob, self._opts, self._callback, None, lambda n, dt: _NewtonCG(n, dt, cgm, self._cg[1]))[0]
+            return _trust_region_run(prob, self._opts, self._callback, cgm, self._cg[1], self._tr[1], self._tr[2], hm)
+        return _run(prob, self._opts, self._callback, None,
+                    lambda n, dt: _NewtonCG(n, dt, cgm, self._cg[1], hm))[0]
 
 
 class Newton(CurvatureOptimizer):
@@ -229,7 +254,7 @@ class Newton(CurvatureOptimizer):
 
 
 # --- trust-region Newton-CG (Steihaug) ------------------------------------------------------
-def _steihaug(prob, x, g, gnorm, delta, cg_max, eta, n, dt):
+def _steihaug(prob, hvp, x, g, gnorm, delta, cg_max, eta, n, dt):
     """Approximately minimise g.p + 0.5 p.Hp subject to ||p|| <= delta (N&W Alg. 7.2).
     Returns (p, hits_boundary)."""
     acc = K.acc_dtype(dt)
@@ -246,7 +271,6 @@ def _steihaug(prob, x, g, gnorm, delta, cg_max, eta, n, dt):
         K.axpy(z, tau, d, p, n, dt)
         return p
 
-    hvp = prob.hvp_operator(x)
     z = backend.zeros(n, dt)
     r = backend.empty(n, dt)
     K.axpy(g, 0.0, g, r, n, dt)                            # r = g (gradient of the model at z = 0)
@@ -278,7 +302,7 @@ def _steihaug(prob, x, g, gnorm, delta, cg_max, eta, n, dt):
     return z, False
 
 
-def _trust_region_run(prob, o, callback, cg_max, cg_tol, delta0, delta_max):
+def _trust_region_run(prob, o, callback, cg_max, cg_tol, delta0, delta_max, hessian="products"):
     where, n, dt = o["where"], prob.n, prob.dtype
     acc = K.acc_dtype(dt)
     out = backend.zeros(5, acc)
@@ -300,8 +324,9 @@ def _trust_region_run(prob, o, callback, cg_max, cg_tol, delta0, delta_max):
         if reason is not None:
             break
         eta = cg_tol if cg_tol is not None else min(0.5, math.sqrt(gnorm)) * gnorm
-        p, boundary = _steihaug(prob, x, g, gnorm, delta, cg_max, eta, n, dt)
-        Hp = prob.hvp_operator(x)(p)
+        hvp = _hvp_operator(prob, x, hessian)  # one graph (or one dense H) per iteration
+        p, boundary = _steihaug(prob, hvp, x, g, gnorm, delta, cg_max, eta, n, dt)
+        Hp = hvp(p)
         gp = dots(p, g, g)[0]
         pHp = dots(p, Hp, Hp)[0]
         pred = -(gp + 0.5 * pHp)

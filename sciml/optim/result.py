@@ -267,6 +267,19 @@ class Flat:
             return self.cat([h.detach() for h in hv])
         return op
 
+    def dense_hessian_operator(self, buf):
+        """``v -> H v`` with H formed once at ``buf`` (batched forward over reverse, one pass for
+        n <= 512): each product is then one matrix-vector product. For small n."""
+        from ..autodiff.curvature import hessian_dense
+        from ..autodiff.ops import matmul
+        H = hessian_dense(lambda p: self._f(*p), tuple(self.leaves(buf)))
+        self.ngev += 1
+
+        def op(vbuf):
+            self.nhvp += 1
+            return matmul(H, Tensor._make(vbuf, (self.n,), self.dtype))._buf
+        return op
+
     def check_start(self, f):
         if not math.isfinite(f):
             raise FloatingPointError(NONFINITE_START.format(where=self.where, value=f))

@@ -80,3 +80,22 @@ def test_step_max_iter_caps_one_call():
     assert r.iterations <= 50
     with pytest.raises(ValueError, match="max_iter must be a positive integer"):
         opt.step(loss, max_iter=0)
+
+
+@pytest.mark.parametrize("globalization", ["line_search", "trust_region"])
+def test_newton_cg_dense_hessian_mode_same_iterates(globalization):
+    """hessian='dense' forms H once per iteration; CG then multiplies by it: the same iterates."""
+    from sciml.optim import newton_cg
+    sm.init(arch="cpu", dtype="float64")
+    x0 = sm.tensor(np.tile([-1.2, 1.0], 5))
+
+    def f(x):
+        return (100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2).sum()
+    a = newton_cg(f, x0, gtol=1e-7, globalization=globalization)
+    b = newton_cg(f, x0, gtol=1e-7, globalization=globalization, hessian="dense")
+    assert a.success and b.success
+    assert a.iterations == b.iterations and a.nfev == b.nfev and a.nhvp == b.nhvp
+    np.testing.assert_allclose(b.params.numpy(), a.params.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(b.params.numpy(), np.ones(10), atol=1e-6)
+    with pytest.raises(ValueError, match="hessian='exact'; expected 'products'"):
+        newton_cg(f, x0, hessian="exact")
