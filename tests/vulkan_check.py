@@ -96,6 +96,15 @@ def main():
     check("matmul T", sm.matmul(t(m1), t(m1), transpose_b=True), m1 @ m1.T, rtol=1e-4, atol=1e-4)
     bm = rng.standard_normal((2, 3, 4)).astype(np.float32)
     check("matmul batched", t(bm) @ t(bm.transpose(0, 2, 1)), bm @ bm.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
+    m3 = rng.standard_normal((9, 13)).astype(np.float32)
+    check("matmul2 (second GEMM accumulates)", LA._mm2(t(m1), t(m2), t(m3), t(m2), ta=False, tb=False, tc=True,
+                                                         td=False), m1 @ m2 + m3.T @ m2, rtol=1e-4, atol=1e-4)
+    # derivative products (VJP/JVP kernels of relu, tanh, sigmoid, square)
+    from sciml.autodiff.ops import elementwise as EW
+    check("relu_grad", EW.relu_grad(y, x), b * (a > 0))
+    check("tanh_grad", EW.tanh_grad(y, x), b * (1 - a * a))
+    check("sigmoid_grad", EW.sigmoid_grad(y, x), b * a * (1 - a))
+    check("twice_mul", EW.twice_mul(y, x), 2 * b * a)
     # softmax family
     check("softmax", sm.softmax(x, -1), np.exp(a) / np.exp(a).sum(-1, keepdims=True))
     check("softmax axis0", sm.softmax(x, 0), np.exp(a) / np.exp(a).sum(0, keepdims=True))
