@@ -60,6 +60,22 @@ def _dense(x, W, b, act):
 _FUSED_ACTS = {relu: "relu", tanh: "tanh", sigmoid: "sigmoid"}
 
 
+def _activation(a):
+    if isinstance(a, str):
+        from . import activations as A
+        table = {"tanh": A.tanh, "relu": A.relu, "sigmoid": A.sigmoid, "gelu": A.gelu, "silu": A.silu,
+                 "swish": A.silu, "sin": A.sin, "softplus": A.softplus}
+        fn = table.get(a.strip().lower())
+        if fn is None:
+            raise ValueError(f"MLP(activation={a!r}): unknown activation name; expected one of "
+                             f"{sorted(table)} or a function Tensor -> Tensor.")
+        return fn
+    if not callable(a):
+        raise TypeError(f"MLP(activation=...): got a {type(a).__name__}; expected a function Tensor -> Tensor "
+                        "or a name such as 'tanh'.")
+    return a
+
+
 class MLP(Module):
     """Fully connected network mapping x of shape (n, sizes[0]) to (n, sizes[-1]).
 
@@ -68,7 +84,8 @@ class MLP(Module):
 
     Args:
         sizes: layer widths, e.g. [2, 32, 32, 1].
-        activation: a function Tensor -> Tensor (default ``sciml.tanh``).
+        activation: a function Tensor -> Tensor (default ``sciml.tanh``) or its name, as in
+            DeepXDE: "tanh", "relu", "sigmoid", "gelu", "silu" ("swish"), "sin", "softplus".
         seed: seeds of the layers are derived from it (``init.split_seed``).
         init: weight initialiser of every layer.
     """
@@ -80,7 +97,7 @@ class MLP(Module):
         self.sizes = sizes
         seeds = I.split_seed(seed, len(sizes) - 1)
         self.layers = [Linear(a, b, seed=s, init=init, dtype=dtype) for a, b, s in zip(sizes, sizes[1:], seeds)]
-        self.activation = activation
+        self.activation = _activation(activation)
 
     def forward(self, x):
         act = _FUSED_ACTS.get(self.activation)
