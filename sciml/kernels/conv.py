@@ -299,8 +299,51 @@ def _build_unfold(dtype, serial):
 
 def unfold(x, out, meta_buf, n_out, pad_value, dtype):
     """out (N, Ho, Wo, C, kh, kw) = windows of x (N, C, H, W); out-of-image taps read ``pad_value``."""
+    if C.backend.on_host():  # one window per iteration (see _build_unfold_rows)
+        serial = C.launch_mode(n_out, C.CHEAP)
+        k = C.cached(("unfold_rows", dtype, serial), lambda: _build_unfold_rows(dtype, serial))
+        k(x, out, meta_buf, n_out, pad_value)
+        return
     serial = C.launch_mode(n_out)
     C.cached(("unfold", dtype, serial), lambda: _build_unfold(dtype, serial))(x, out, meta_buf, n_out, pad_value)
+
+
+def _build_unfold_rows(dtype, serial):
+    """CPU unfold: one output window (n, oh, ow) per iteration, its C*kh*kw taps in an inner loop
+    with running indices. The per-element form above pays ten integer divisions per element (scalar
+    idiv): measured at N=64, C=16, 8x8, 3x3 (590K taps), serial, 8.9 -> 0.66 ms."""
+    ti = C.ti()
+    A = C.arr(dtype)
+    I = C.arr("int32")
+    T = C.backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(x: A, out: A, meta: I, n_out: ti.i32, pad_value: T):
+        Cc, H, W = meta[1], meta[2], meta[3]
+        kh, kw, sh, sw, ph, pw = meta[4], meta[5], meta[6], meta[7], meta[8], meta[9]
+        Ho, Wo = meta[10], meta[11]
+        win = Cc * kh * kw
+        ti.loop_config(serialize=serial)
+        for o in range(n_out // win):
+            ow = o % Wo
+            r = o // Wo
+            oh = r % Ho
+            n = r // Ho
+            h0 = oh * sh - ph
+            w0 = ow * sw - pw
+            q = o * win
+            for c in range(Cc):
+                xb = (n * Cc + c) * H
+                for ki in range(kh):
+                    h = h0 + ki
+                    for kj in range(kw):
+                        w = w0 + kj
+                        v = pad_value
+                        if 0 <= h < H and 0 <= w < W:
+                            v = x[(xb + h) * W + w]
+                        out[q] = v
+                        q += 1
+    return k
 
 
 def _build_fold(dtype, serial):
@@ -339,5 +382,51 @@ def _build_fold(dtype, serial):
 def fold(cols, out, meta_buf, n_in, dtype):
     """out (N, C, H, W) = sum of the window entries of cols (N, Ho, Wo, C, kh, kw) that read each pixel
     (the adjoint of unfold); a gather per pixel, so no atomics."""
+    if C.backend.on_host():
+        serial = C.launch_mode(n_in, C.CHEAP)
+        C.cached(("fold_rows", dtype, serial), lambda: _build_fold_rows(dtype, serial))(cols, out, meta_buf, n_in)
+        return
     serial = C.launch_mode(n_in)
     C.cached(("fold", dtype, serial), lambda: _build_fold(dtype, serial))(cols, out, meta_buf, n_in)
+
+
+def _build_fold_rows(dtype, serial):
+    """CPU fold: one image row (n, c, h) per iteration; stride-1 windows skip the divisions (same
+    summation order as the per-pixel form: measured 3.3 -> 0.87 ms at the unfold size above)."""
+    ti = C.ti()
+    A = C.arr(dtype)
+    I = C.arr("int32")
+    T = C.backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(cols: A, out: A, meta: I, n_in: ti.i32):
+        Cc, H, W = meta[1], meta[2], meta[3]
+        kh, kw, sh, sw, ph, pw = meta[4], meta[5], meta[6], meta[7], meta[8], meta[9]
+        Ho, Wo = meta[10], meta[11]
+        ti.loop_config(serialize=serial)
+        for rr in range(n_in // W):
+            h = rr % H
+            r = rr // H
+            c = r % Cc
+            n = r // Cc
+            for w in range(W):
+                acc = ti.cast(0.0, T)
+                for ki in range(kh):
+                    t = h + ph - ki
+                    oh = t
+                    ok = t >= 0
+                    if sh != 1:
+                        ok = ok and t % sh == 0
+                        oh = t // sh
+                    if ok and oh < Ho:
+                        for kj in range(kw):
+                            u = w + pw - kj
+                            ow = u
+                            okw = u >= 0
+                            if sw != 1:
+                                okw = okw and u % sw == 0
+                                ow = u // sw
+                            if okw and ow < Wo:
+                                acc += cols[((((n * Ho + oh) * Wo + ow) * Cc + c) * kh + ki) * kw + kj]
+                out[rr * W + w] = acc
+    return k

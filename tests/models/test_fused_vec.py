@@ -63,3 +63,27 @@ def test_derivatives_through_the_vector_path():
     gc = sm.grad(lambda h, b: (sm.relu(h + b) * w).sum(), argnums=(0, 1))(h, b)
     for a, c in zip(gf, gc):
         np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("geom", [(2, 3, 7, 6, 3, 2, 1, 1, 1, 0), (3, 2, 9, 8, 3, 3, 2, 3, 1, 2),
+                                  (1, 4, 5, 5, 5, 5, 1, 1, 2, 2), (2, 1, 6, 4, 2, 2, 2, 2, 0, 0)])
+def test_cpu_unfold_fold_row_kernels_equal_per_element_kernels(geom, dtype):
+    """The CPU unfold/fold (a window / an image row per iteration) against the per-element forms
+    that devices run, over strides, paddings and rectangular kernels."""
+    from sciml import backend
+    N, Cc, H, W, kh, kw, sh, sw, ph, pw = geom
+    Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    meta = backend.meta((N, Cc, H, W, kh, kw, sh, sw, ph, pw, Ho, Wo))
+    npd = np.dtype(dtype)
+    x = R.normal(size=N * Cc * H * W).astype(npd)
+    n_out = N * Ho * Wo * Cc * kh * kw
+    a, b = np.empty(n_out, npd), np.empty(n_out, npd)
+    K.unfold(x, a, meta, n_out, -7.0, dtype)
+    K._build_unfold(dtype, True)(x, b, meta, n_out, -7.0)
+    np.testing.assert_array_equal(a, b)
+    cols = R.normal(size=n_out).astype(npd)
+    fa, fb = np.empty(x.size, npd), np.empty(x.size, npd)
+    K.fold(cols, fa, meta, x.size, dtype)
+    K._build_fold(dtype, True)(cols, fb, meta, x.size)
+    np.testing.assert_array_equal(fa, fb)
