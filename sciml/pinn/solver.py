@@ -251,6 +251,8 @@ def _blas_threads(n):
         from threadpoolctl import threadpool_limits
     except ImportError:
         return contextlib.nullcontext()
+    from ..kernels import blas
+    blas.mkl()  # load MKL (sciml's GEMM when installed) now, so that threadpoolctl sees it too
     return threadpool_limits(int(n), user_api="blas")
 
 
