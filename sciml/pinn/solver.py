@@ -467,16 +467,10 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
 
 def _curvature_chunk(opt, loss_fn, remaining):
     """One ``opt.step(loss_fn)``, its iteration cap lowered to the stage's remaining steps."""
-    opts = getattr(opt, "_opts", None)
-    if not isinstance(opts, dict) or "max_iter" not in opts or opts["max_iter"] <= remaining:
-        return opt.step(loss_fn)
-    saved = dict(opts)
-    opts["max_iter"] = max(1, remaining)
-    opts["max_eval"] = max(1, -(-opts["max_iter"] * 5 // 4))
-    try:
-        return opt.step(loss_fn)
-    finally:
-        opts.update(saved)
+    from ..optim.result import CurvatureOptimizer
+    if isinstance(opt, CurvatureOptimizer):
+        return opt.step(loss_fn, max_iter=max(1, int(remaining)))
+    return opt.step(loss_fn)
 
 
 def _check_net(problem, net, dtype):
