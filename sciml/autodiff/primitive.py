@@ -119,16 +119,22 @@ def apply(prim, inputs, params):
     tangents = {} if levels else None
     node = Node(prim, inputs, params, buf, shape, dtype, tangents) if record else None
     if levels:
-        for lv in sorted(levels):  # out at level lv carries the tangents of the levels below it
-            out_lv = Tensor._make(buf, shape, dtype, node, dict(tangents) or None)
-            t = _jvp_at_level(prim, inputs, params, out_lv, lv)
-            if t is not None:
-                tangents[lv] = t
+        _push(prim, inputs, params, buf, shape, dtype, node, levels, tangents, Tensor)
         if not tangents:
             tangents = None
             if node is not None:
                 node.out_tangents = None
     return Tensor._make(buf, shape, dtype, node, tangents)
+
+
+def _push(prim, inputs, params, buf, shape, dtype, node, levels, tangents, Tensor):
+    """Fill ``tangents`` {level: tangent of the output} through the JVP rules, innermost level first
+    (the output at level lv carries the tangents of the levels below it)."""
+    for lv in sorted(levels):
+        out_lv = Tensor._make(buf, shape, dtype, node, dict(tangents) or None)
+        t = _jvp_at_level(prim, inputs, params, out_lv, lv)
+        if t is not None:
+            tangents[lv] = t
 
 
 def _apply_tangent_only(prim, inputs, params, Tensor):
@@ -141,11 +147,7 @@ def _apply_tangent_only(prim, inputs, params, Tensor):
     tangents = {}
     _state["tangent_only"] = False  # the rules' own ops compute normally
     try:
-        for lv in sorted(levels):
-            out_lv = Tensor._make(None, shape, dtype, None, dict(tangents) or None)
-            t = _jvp_at_level(prim, inputs, params, out_lv, lv)
-            if t is not None:
-                tangents[lv] = t
+        _push(prim, inputs, params, None, shape, dtype, None, levels, tangents, Tensor)
     finally:
         _state["tangent_only"] = True
     return Tensor._make(None, shape, dtype, None, tangents or None)
