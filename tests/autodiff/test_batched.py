@@ -307,3 +307,29 @@ def test_default_chunking_follows_the_measured_budget(monkeypatch):
     calls.clear()
     sm.hessian(_rosen)(sm.tensor(x[:9]))  # n <= FIRST_CHUNK: one pass
     assert calls == [9]
+
+
+def test_fused_product_rule_on_large_tensors():
+    """mul / twice_mul / tanh_grad / sigmoid_grad with both tangents batched (ops/pair.py), against the
+    stacked unbatched JVPs, also one level up (hessian through them) and by reverse mode through it."""
+    from sciml.autodiff.ops import elementwise as E
+    rng = np.random.default_rng(12)
+    x = sm.tensor(rng.standard_normal((64, 70)))
+    y = sm.tensor(np.tanh(rng.standard_normal((64, 70))))
+    for fn in (sm.mul, E.twice_mul, E.tanh_grad, E.sigmoid_grad):
+        _check_batched(fn, (x, y))
+    # the fused primitive differentiates: jacobian of its batched tangent w.r.t. the primal, both modes
+    tb = _batched_tangents((x, y), 1)
+
+    def tang(u):
+        return sm.batched_jvp(lambda a, b: E.tanh_grad(a, b), (u, y), tb)[1].sum(axis=(0, 1))
+    u = sm.tensor(rng.standard_normal((64, 70)))
+    g_rev = sm.jacrev(tang)(u).numpy()
+    g_fwd = sm.jacfwd(tang)(u).numpy()
+    np.testing.assert_allclose(g_rev, g_fwd, rtol=1e-11, atol=1e-11)
+    # closed form: d/du[r, j] of sum_{b, rows} (t_u (1 - y^2) - 2 u y t_y)[., j] = -2 y[r, j] sum_b t_y[b, r, j]
+    want = np.zeros((70, 64, 70))
+    col = -2.0 * y.numpy() * tb[1].numpy().sum(0)
+    for j in range(70):
+        want[j, :, j] = col[:, j]
+    np.testing.assert_allclose(g_rev, want, rtol=1e-11, atol=1e-11)

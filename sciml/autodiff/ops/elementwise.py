@@ -143,8 +143,10 @@ def _binary(op, vjp, jvp):
     prim.def_jvp(jvp)
     # batched: lift each (B,)+x.shape tangent to rank out.ndim + 1; the rule then broadcasts correctly
     # and _lin broadcasts the sum to (B,)+out.shape
-    prim.def_batched_jvp(lambda ts, x, y, out: prim.jvp((lift(ts[0], out.ndim), lift(ts[1], out.ndim)), x, y,
-                                                        out=out))
+    @prim.def_batched_jvp
+    def _bjvp(ts, x, y, out):
+        r = _pair_rule(op, ts, x, y)
+        return r if r is not None else prim.jvp((lift(ts[0], out.ndim), lift(ts[1], out.ndim)), x, y, out=out)
 
     def fn(x, y):
         x, y = operands(op, x, y)
@@ -152,6 +154,23 @@ def _binary(op, vjp, jvp):
     fn.__name__ = op
     fn.primitive = prim
     return fn
+
+
+def _pair_rule(op, ts, x, y):
+    """Batched product rule in one kernel (ops/pair.py) when both tangents are present and nothing
+    broadcasts; None otherwise (the composed rule runs)."""
+    if ts[0] is None or ts[1] is None or op not in _PAIR_TERMS or x.shape != y.shape:
+        return None
+    from .pair import pair_sum
+    op1, op2, q = _PAIR_TERMS[op]
+    return pair_sum(op1, ts[0], y, op2, q(x, y), ts[1])
+
+
+# op -> (op1, op2, q(x, y)): jvp = op1(t_x, y) + op2(q, t_y)
+_PAIR_TERMS = {"mul": ("mul", "mul", lambda x, y: x),
+               "twice_mul": ("twice_mul", "twice_mul", lambda x, y: x),
+               "tanh_grad": ("tanh_grad", "twice_mul", lambda x, y: -(x * y)),
+               "sigmoid_grad": ("sigmoid_grad", "mul", lambda x, y: x * (1.0 - 2.0 * y))}
 
 
 def _lin(tx, ty, out, fx, fy):
