@@ -1,21 +1,23 @@
 """Fused, in-place optimizer update kernels (Taichi only; flat buffers in, written in place).
 
-Each optimizer step for one parameter is ONE kernel launch (plus a scalar tail launch when the
-size is not a multiple of the vector width) that reads the parameter, its gradient and the
-optimizer's slot buffers once and writes them back: the textbook lines of Adam/AdamW, SGD
-(momentum, Nesterov, weight decay), RMSprop and Adagrad, with a gradient scale factor
-(global-norm clipping) and the step's learning rate passed as scalars.
+Each update reads a parameter, its gradient and the optimizer's slot buffers once and writes
+them back: the textbook lines of Adam/AdamW, SGD (momentum, Nesterov, weight decay), RMSprop and
+Adagrad, with a gradient scale factor (global-norm clipping) and the step's learning rate passed
+as scalars. The per-tensor bodies are ``ti.func`` s (``_update_func``); kernels call them for one
+tensor (``_run``) or for several in one launch (``update_many``, what the optimizers use).
 
-On CPU the update kernels run on ``ti.Vector`` lanes (4 x float32 / 2 x float64, 16 bytes;
-``_vec.py``): the flat buffers are passed as vector-typed ndarrays and the kernel is compiled
-with Taichi's ``real_matrix_scalarize`` off, so LLVM emits packed SSE loads, stores, ``sqrtps``
-and ``divps`` instead of scalar code (measured: Adam over W1's 669K
-float32 parameters 1.28 -> ~0.52 ms). The kernel source is the same for scalars and vectors
-(IEEE sqrt and division in either form; LLVM's fast-math contraction may round the two forms
-differently in the last bit). A buffer
-that is not 16-byte aligned, a tensor below ``VEC_MIN`` elements, and devices take the
-scalar kernel. Measured here (2 vCPUs): the serialized loop beat Taichi's parallel-for up to
-~4M float32 elements on this VM (hyper-threaded pair); parallel above ``VEC_SERIAL_BELOW``.
+On CPU the updates run on ``ti.Vector`` lanes (4 x float32 / 2 x float64, 16 bytes; ``_vec.py``):
+the flat buffers are passed as vector-typed ndarrays and the kernel is compiled with Taichi's
+``real_matrix_scalarize`` off, so LLVM emits packed SSE loads, stores, ``sqrtps`` and ``divps``
+instead of scalar code, and all of an optimizer's tensors of one dtype go through ONE launch of
+a generated kernel (vector members for the aligned parts; scalar members for ``n % lanes``
+tails, tensors under ``VEC_MIN`` elements and misaligned buffers). Measured (Adam over W1's
+669,706 float32 parameters in 6 tensors, interleaved A/B): 1.24 -> 0.48-0.50 ms of kernel time.
+The body is the same source for scalars and vectors (IEEE sqrt and division in either form;
+LLVM's fast-math contraction may round the two forms differently in the last bit). Taichi's
+parallel-for was not faster than the serialized loop here for these kernels (2 vCPUs, 100K-670K
+elements; tied at 4M), so tensors run serialized below ``VEC_SERIAL_BELOW`` elements and
+blocked-parallel (one launch each) above. Devices run one scalar kernel per tensor.
 
 These are the only kernels in sciml that write into their inputs: optimizers own the
 parameter and slot buffers they update (``sciml.models.Parameter``).
