@@ -77,8 +77,13 @@ class ParameterList(list):
         self.names = list(names) if names is not None else None
 
 
+_LEAF = frozenset((int, float, complex, str, bytes, bool, type(None), type(len), type(lambda: 0)))
+
+
 def _walk(obj, prefix, out_params, out_buffers, out_modules, seen):
     """Collect (name, obj) of Parameters, Buffers and Modules found in containers."""
+    if type(obj) in _LEAF:  # numbers, strings, functions: nothing inside (most attributes; a fast exit)
+        return
     if isinstance(obj, Buffer):
         out_buffers.append((prefix, obj))
     elif isinstance(obj, Parameter):
@@ -89,15 +94,17 @@ def _walk(obj, prefix, out_params, out_buffers, out_modules, seen):
         seen.add(id(obj))
         out_modules.append((prefix, obj))
         for k, v in obj.__dict__.items():
-            if k.startswith("_"):
+            if k.startswith("_") or type(v) in _LEAF:
                 continue
             _walk(v, f"{prefix}.{k}" if prefix else k, out_params, out_buffers, out_modules, seen)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            _walk(v, f"{prefix}.{i}" if prefix else str(i), out_params, out_buffers, out_modules, seen)
+            if type(v) not in _LEAF:
+                _walk(v, f"{prefix}.{i}" if prefix else str(i), out_params, out_buffers, out_modules, seen)
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            _walk(v, f"{prefix}.{k}" if prefix else str(k), out_params, out_buffers, out_modules, seen)
+            if type(v) not in _LEAF:
+                _walk(v, f"{prefix}.{k}" if prefix else str(k), out_params, out_buffers, out_modules, seen)
 
 
 def _set_nested(tree, dotted, value):
