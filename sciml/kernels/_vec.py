@@ -1,14 +1,15 @@
 """16-byte vector kernels on CPU: flat numpy buffers passed as ndarrays of ``ti.Vector(lanes)``.
 
 Taichi's LLVM here does not vectorise loops over ndarrays (base pointers are reloaded every
-iteration) and targets SSE2 for this host. A kernel whose ndarray arguments have a vector dtype
+iteration: the dumped IR has one scalar load per element and operand). A kernel whose ndarray arguments have a vector dtype
 (``ti.types.ndarray(dtype=ti.types.vector(L, T), ndim=1)``), compiled with Taichi's
 ``real_matrix_scalarize`` off, loads, computes and stores whole ``<L x T>`` vectors: packed SSE
 code (measured: Adam 2.4x, bias+ReLU forward/adjoint 2-4x faster than the scalar kernels).
 
 Rules for such kernels (``real_matrix_scalarize=False`` aborts the process on some vector ops):
-only + - * /, ``ti.sqrt``, ``ti.min``/``ti.max``, comparisons, ``ti.select`` and casts on vectors
-(no unary minus, ``ti.abs``, ``ti.exp``: those abort at compile time), and no Python float
+only + - * /, ``ti.sqrt``, ``ti.min``/``ti.max`` and ``ti.select(comparison, a, b)`` on vectors
+(unary minus, ``ti.abs``, ``ti.exp`` and ``ti.cast`` of a comparison abort at compile time;
+8-lane vectors segfaulted on 16-byte-aligned buffers: they want 32), and no Python float
 literal next to a float32 vector (``ti.max(v, 0.0)`` with float64 as sciml's default dtype makes
 a f64 vector and a cast that segfaults): write ``ti.cast(0, T)``.
 
