@@ -77,7 +77,8 @@ def bias_act(act, h, b, y, rows, cols, dtype):
 
 
 # --- 16-byte vector forms (CPU; see _vec.py): rows of cols/L vectors ----------------------------
-VEC_ACTS = ("identity", "relu")
+VEC_ACTS = ("identity", "relu")  # forward (tanh/sigmoid forwards stay on the scalar rational form)
+VEC_VJP_ACTS = ("identity", "relu", "tanh", "sigmoid")  # adjoint: act'(y) is + - * only
 VECTOR = True  # False: the scalar kernels only (what devices run; benchmarks compare)
 VEC_MIN_COLS = 16  # narrower rows (e.g. 10 logits) stay scalar: launch-bound anyway
 
@@ -120,6 +121,10 @@ def _build_bias_act_vjp_vec(act, dtype, serial, with_b, with_gz):
         v = g
         if ti.static(relu):
             v = ti.select(y > 0, g, g * ti.cast(0, T))  # g * step(y) as the scalar kernel (NaN/inf g propagate)
+        elif ti.static(act == "tanh"):
+            v = g * (1 - y * y)
+        elif ti.static(act == "sigmoid"):
+            v = g * (y * (1 - y))
         return v
 
     @ti.kernel
@@ -183,7 +188,7 @@ def bias_act_vjp(act, g, y, gz, gb, rows, cols, dtype):
     is None)."""
     serial = C.launch_mode(rows * cols) or (cols < 32 and C.backend.on_host())
     with_b, with_gz = gb is not None, gz is not None
-    if act in VEC_ACTS and _vec_ok(cols, dtype) and (with_gz or act == "identity"):
+    if act in VEC_VJP_ACTS and _vec_ok(cols, dtype) and (with_gz or act == "identity"):
         arrays = (g, y if act != "identity" else g, gz if with_gz else g, gb if with_b else g)
         ptrs = V.pointers(arrays)
         if ptrs is not None:

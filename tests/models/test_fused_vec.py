@@ -39,6 +39,24 @@ def test_bias_act_vector_kernels_match_numpy(act, dtype, rows, cols):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("act", ["tanh", "sigmoid"])
+@pytest.mark.parametrize("rows,cols", [(5, 32), (530, 512)])
+def test_tanh_sigmoid_adjoint_vector_kernels(act, dtype, rows, cols):
+    npd = np.dtype(dtype)
+    y = np.tanh(R.normal(size=rows * cols)).astype(npd) if act == "tanh" else \
+        (1 / (1 + np.exp(-R.normal(size=rows * cols)))).astype(npd)
+    g = R.normal(size=rows * cols).astype(npd)
+    d = 1 - y * y if act == "tanh" else y * (1 - y)
+    want = (g * d).reshape(rows, cols)
+    gz, gb = np.empty_like(g), np.empty(cols, npd)
+    K.bias_act_vjp(act, g, y, gz, gb, rows, cols, dtype)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == "float32" else dict(rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(gz.reshape(rows, cols), want, **tol)
+    np.testing.assert_allclose(gb, want.astype(np.float64).sum(0), **(dict(rtol=1e-4, atol=1e-4) if dtype == "float32"
+                                                                     else tol))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_misaligned_buffers_take_the_scalar_kernel(dtype):
     rows, cols = 6, 32
     npd = np.dtype(dtype)
@@ -58,6 +76,8 @@ def test_derivatives_through_the_vector_path():
     h, b = sm.tensor(R.normal(size=(6, 16))), sm.tensor(R.normal(size=16))
     check_grads(lambda h, b: bias_act(h, b, "relu"), (h, b), order=1)
     check_grads(lambda h, b: bias_act(h, b, "identity"), (h, b), order=2)
+    check_grads(lambda h, b: bias_act(h, b, "tanh"), (h, b), order=2)
+    check_grads(lambda h, b: bias_act(h, b, "sigmoid"), (h, b), order=2)
     w = sm.tensor(R.normal(size=(6, 16)))
     gf = sm.grad(lambda h, b: (bias_act(h, b, "relu") * w).sum(), argnums=(0, 1))(h, b)
     gc = sm.grad(lambda h, b: (sm.relu(h + b) * w).sum(), argnums=(0, 1))(h, b)
