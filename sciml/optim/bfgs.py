@@ -22,7 +22,9 @@ h = y.H y / s.y and a = b h - 1 >= 0:
   phi = (1 - theta) / sigma, and tau = min(min(1, 1/b) sigma^(1/(1-n)), sigma) if theta <= 0
   else min(1, 1/b) min(sigma^(1/(1-n)), 1/theta) (their SSBroyden2).
 
-The self-scaled updates are what reach PDE losses of 1e-10 and below on PINNs in float64.
+With ``'ssbroyden'`` (on sqrt of the loss, the inverse Hessian kept across resamplings) the
+float64 Burgers PINN reaches relative L2 errors near 1e-5, where L-BFGS stalls near 5e-3
+(docs/pinn.md).
 
 Stopping rules, ``max_iter`` / ``max_eval`` and the never-worse guarantee are those of
 :mod:`sciml.optim.lbfgs` (shared loop).
