@@ -91,3 +91,28 @@ def test_matmul_accumulate(backend_, ta, tb, monkeypatch):
     linalg.matmul(A.ravel(), B.ravel(), out, batch, m, n, k, ta, tb, "float64", backend_ != "taichi", True)
     ref = C0 + np.matmul(A.transpose(0, 2, 1) if ta else A, B.transpose(0, 2, 1) if tb else B)
     np.testing.assert_allclose(out.reshape(batch, m, n), ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(300, 200, 80), (40, 600, 200)])  # split along m, along n
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_large_gemm_split_in_two(shape, ta, tb, accumulate):
+    """GEMMs above SPLIT_MIN run as two halves on two threads (MKL "split" mode)."""
+    sm.init(arch="cpu")
+    if not blas.available():
+        pytest.skip("MKL not installed")
+    m, n, k = shape
+    assert m * n * k >= blas.SPLIT_MIN
+    rng = np.random.default_rng(m + n)
+    A = rng.standard_normal((k, m) if ta else (m, k))
+    B = rng.standard_normal((n, k) if tb else (k, n))
+    C0 = rng.standard_normal((m, n))
+    out = C0.ravel().copy()
+    assert blas.gemm(A.ravel(), B.ravel(), out, m, n, k, ta, tb, "float64", accumulate)
+    ref = (A.T if ta else A) @ (B.T if tb else B) + (C0 if accumulate else 0.0)
+    np.testing.assert_allclose(out.reshape(m, n), ref, rtol=1e-10, atol=1e-10)
+    with blas.threads(1):
+        assert blas.get_threads() == 1
+        out1 = C0.ravel().copy()
+        blas.gemm(A.ravel(), B.ravel(), out1, m, n, k, ta, tb, "float64", accumulate)
+    np.testing.assert_allclose(out1, out, rtol=1e-12, atol=1e-12)

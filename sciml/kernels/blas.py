@@ -7,10 +7,13 @@ GEMM is the one place sciml may route around Taichi on CPU; everything else stay
 Selection: env ``SCIML_BLAS`` = ``auto`` (default: MKL if found, else numpy), ``mkl`` (error if
 missing), ``numpy``. ``SCIML_MKL_LIB`` names the library file explicitly.
 
-Threads: MKL's OpenMP workers spin after a call (KMP_BLOCKTIME, 200 ms by default). Small
-Taichi kernels run serialized on the calling thread (``_common.launch_mode``), so the spinning
-worker does not delay them; ``KMP_BLOCKTIME=0`` was measured slower here (3.3 vs 2.7 ms for the
-W1 GEMMs: every call wakes the workers). ``threads(n)`` / ``set_threads(n)`` limit MKL's count.
+Threads (``SCIML_GEMM_THREADS``): "split" (default) loads MKL sequential (no OpenMP runtime) and
+cuts each GEMM of at least ``SPLIT_MIN`` multiply-adds in two halves, the second on one worker
+thread that blocks between calls. "omp" keeps MKL's OpenMP threads, which spin for KMP_BLOCKTIME
+(200 ms) after each call: measured here they starved Taichi's thread pool (W4b Hessian 22-25 ->
+14-18 ms with MKL single-threaded; 64-120 -> 13-22 ms with torch's OpenMP runtime in the process)
+and the W1 step was 8-10 ms ("split") vs 11.6-15.8 ms ("omp") in interleaved runs on a loaded VM.
+``threads(n)`` / ``set_threads(n)`` limit the GEMM threads (1: no split).
 """
 import ctypes
 import glob
@@ -18,7 +21,9 @@ import os
 import sys
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
-_state = {"lib": None, "checked": False, "error": None}
+_SEQUENTIAL = 1  # MKL_THREADING_SEQUENTIAL
+SPLIT_MIN = 1 << 22  # m*n*k from which a GEMM is split in two halves on two threads ("split" mode)
+_state = {"lib": None, "checked": False, "error": None, "mode": None, "pool": None, "nosplit": False}
 
 
 def _candidates():
@@ -35,8 +40,16 @@ def _candidates():
         yield found
 
 
+def _mode():
+    m = os.environ.get("SCIML_GEMM_THREADS", "split").strip().lower()
+    if m not in ("split", "omp"):
+        raise ValueError(f"SCIML_GEMM_THREADS: expected 'split' or 'omp', got {m!r}")
+    return m
+
+
 def _load():
     os.environ.setdefault("KMP_WARNINGS", "0")
+    mode = _mode()
     errors = []
     for path in _candidates():
         try:
@@ -54,6 +67,11 @@ def _load():
         lib.MKL_Set_Num_Threads.argtypes = [i]
         lib.MKL_Set_Num_Threads.restype = None
         lib.MKL_Get_Max_Threads.restype = i
+        if mode == "split":  # no OpenMP runtime at all: sciml runs the two halves of a large GEMM itself
+            lib.MKL_Set_Threading_Layer.argtypes = [i]
+            lib.MKL_Set_Threading_Layer.restype = i
+            lib.MKL_Set_Threading_Layer(_SEQUENTIAL)
+        _state["mode"] = mode
         lib.sciml_path = path
         return lib
     _state["error"] = "; ".join(errors) or "libmkl_rt not found (pip install mkl)"
@@ -80,44 +98,93 @@ def name():
 
 
 class threads:
-    """``with blas.threads(1): ...`` — MKL thread count for this Python thread (no-op without MKL)."""
+    """``with blas.threads(1): ...`` — GEMM threads within the block (no-op without MKL): in "split"
+    mode 1 turns the two-thread split off; in "omp" mode it is MKL's count for this Python thread."""
 
     def __init__(self, n):
         self.n = int(n)
 
     def __enter__(self):
         lib = mkl()
-        self._prev = lib.MKL_Set_Num_Threads_Local(self.n) if lib is not None else None
+        self._prev = None
+        if lib is not None:
+            self._prev = get_threads()
+            if _state["mode"] == "split":
+                _state["nosplit"] = self.n <= 1
+            else:
+                self._prev = lib.MKL_Set_Num_Threads_Local(self.n)
         return self
 
     def __exit__(self, *exc):
         if self._prev is not None:
-            mkl().MKL_Set_Num_Threads_Local(self._prev)
+            if _state["mode"] == "split":
+                _state["nosplit"] = self._prev <= 1
+            else:
+                mkl().MKL_Set_Num_Threads_Local(self._prev)
 
 
 def get_threads():
+    """Threads a large GEMM uses (None without MKL)."""
     lib = mkl()
-    return lib.MKL_Get_Max_Threads() if lib is not None else None
+    if lib is None:
+        return None
+    if _state["mode"] == "split":
+        return 1 if _state["nosplit"] or _CORES < 2 else 2
+    return lib.MKL_Get_Max_Threads()
 
 
 def set_threads(n):
-    """Process-wide MKL thread count (every Python thread); no-op without MKL."""
+    """Process-wide GEMM thread count (every Python thread); no-op without MKL. In "split" mode
+    only 1 (no split) or more (split large GEMMs in two) matter."""
     lib = mkl()
     if lib is not None and n is not None:
+        if _state["mode"] == "split":
+            _state["nosplit"] = int(n) <= 1
+            return
         lib.MKL_Set_Num_Threads(int(n))
         lib.MKL_Set_Num_Threads_Local(0)  # 0: this thread follows the process-wide count again
 
 
+def _pool():
+    if _state["pool"] is None:
+        import concurrent.futures
+        _state["pool"] = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sciml-gemm")
+    return _state["pool"]
+
+
 def gemm(a, b, out, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, accumulate: bool = False) -> bool:
     """out[:m*n] (m, n) = op(a) @ op(b) (``+=`` with ``accumulate``) on flat contiguous numpy buffers;
-    False if MKL is absent."""
+    False if MKL is absent.
+
+    In "split" mode (default) MKL is sequential and a GEMM of at least SPLIT_MIN multiply-adds is
+    cut in two halves along the larger of m, n, the second run on a worker thread (ctypes releases
+    the GIL), which blocks instead of spinning between calls."""
     lib = mkl()
     if lib is None or dtype not in ("float32", "float64"):
         return False
     f = lib.cblas_sgemm if dtype == "float32" else lib.cblas_dgemm
-    f(_ROW_MAJOR, _TRANS if ta else _NO_TRANS, _TRANS if tb else _NO_TRANS, m, n, k, 1.0,
-      a.ctypes.data, m if ta else k, b.ctypes.data, k if tb else n, 1.0 if accumulate else 0.0, out.ctypes.data, n)
+    TA, TB = _TRANS if ta else _NO_TRANS, _TRANS if tb else _NO_TRANS
+    lda, ldb, beta = m if ta else k, k if tb else n, 1.0 if accumulate else 0.0
+    pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
+    if _state["mode"] != "split" or m * n * k < SPLIT_MIN or _CORES < 2 or _state["nosplit"]:
+        f(_ROW_MAJOR, TA, TB, m, n, k, 1.0, pa, lda, pb, ldb, beta, pc, n)
+        return True
+    isz = out.itemsize
+    if m >= n:  # rows of C: rows of op(A)
+        h = m // 2
+        pa2 = pa + (h if ta else h * k) * isz
+        job = _pool().submit(f, _ROW_MAJOR, TA, TB, m - h, n, k, 1.0, pa2, lda, pb, ldb, beta, pc + h * n * isz, n)
+        f(_ROW_MAJOR, TA, TB, h, n, k, 1.0, pa, lda, pb, ldb, beta, pc, n)
+    else:  # columns of C: columns of op(B)
+        h = n // 2
+        pb2 = pb + (h * k if tb else h) * isz
+        job = _pool().submit(f, _ROW_MAJOR, TA, TB, m, n - h, k, 1.0, pa, lda, pb2, ldb, beta, pc + h * isz, n)
+        f(_ROW_MAJOR, TA, TB, m, h, k, 1.0, pa, lda, pb, ldb, beta, pc, n)
+    job.result()
     return True
+
+
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def available() -> bool:
