@@ -11,6 +11,7 @@ Broadcast modes (chosen in Python, see ``binary_mode``):
 import math
 
 from . import _common as C
+from . import _vec as V
 
 _F32_TANH = (4.89352455891786e-03, 6.37261928875436e-04, 1.48572235717979e-05, 5.12229709037114e-08,
              -8.60467152213735e-11, 2.00018790482477e-13, -2.76076847742355e-16,
@@ -136,6 +137,9 @@ def unary(op: str, x, out, n: int, dtype: str):
         else:
             k(x, out, n)
         return
+    if op in VEC_UNARY and n >= VEC_MIN_N and VECTOR and dtype in V.LANES and C.backend.on_host():
+        if _unary_lanes(op, x, out, n, dtype, serial):
+            return
     k = C.cached(("unary", op, dtype, serial), lambda: _build_unary(op, dtype, serial))
     k(x, out, n)
 
@@ -335,6 +339,10 @@ def binary(op: str, x, y, out, xs, ys, outs, dtype: str, out_dtype: str):
     n = math.prod(outs)
     mode = binary_mode(xs, ys, outs)
     serial = C.launch_mode(n, C.CHEAP if op in CHEAP_BINARY else 4)
+    if (op in VEC_BINARY and mode in ("same", "xs", "ys") and n >= VEC_MIN_N and VECTOR and out_dtype == dtype
+            and dtype in V.LANES and C.backend.on_host()):
+        if _binary_lanes(op, mode, x, y, out, n, dtype, serial):
+            return
     k = C.cached(("binary", op, dtype, out_dtype, mode, serial),
                  lambda: _build_binary(op, dtype, out_dtype, mode, serial))
     if mode == "gen":
@@ -380,6 +388,143 @@ def _build_binary(op, dtype, out_dtype, mode, serial):
             else:
                 out[i] = f(x[i], y[i % y.shape[0]])
     return k
+
+
+# --- 16-byte vector forms of the cheap maps (CPU; see _vec.py) ---------------------------------
+# The flat loop runs on ti.Vector lanes (4 x f32 / 2 x f64) over the first h = n - n % lanes elements;
+# the tail (< lanes elements, when there is one) is a second, serialized launch of the scalar kernel on
+# views. Same ops as the scalar kernels: the same bits (tests/test_vec_elementwise.py, incl. +-0, inf,
+# NaN). A tail computed inside the vector kernel (a scalar loop, or one zero-padded vector) was not
+# always bit-equal: Taichi compiles with fast math, and LLVM reassociated sigmoid_grad's a * b * (1 - b)
+# there when b was the one-element operand. Any full-size operand not 16-byte aligned (a view at an odd
+# offset): the scalar kernel. Devices: the scalar kernels.
+VECTOR = True  # False: the scalar kernels only (what devices run; benchmarks compare)
+VEC_MIN_N = 256  # fewer elements: launch-bound either way, keep the scalar kernel
+VEC_BINARY = frozenset(("add", "sub", "mul", "div", "maximum", "minimum", "relu_grad", "tanh_grad", "sigmoid_grad",
+                        "twice_mul"))
+VEC_UNARY = frozenset(("neg", "relu", "abs", "square", "reciprocal"))
+
+
+def _unary_vec_funcs(dtype):
+    """Vector-safe forms of the cheap unary maps (no unary minus / ti.abs on vectors: they abort),
+    checked bit for bit against the scalar ones incl. +-0, +-inf and NaN."""
+    ti = C.ti()
+    T = C.backend.ti_dtype(dtype)
+
+    @ti.func
+    def neg(x):
+        return x * ti.cast(-1, T)
+
+    @ti.func
+    def relu(x):  # the scalar ti.max(x, 0.0) gives +0 for -0 and NaN; a vector max gives -0 and NaN
+        return ti.select(x > 0, x, ti.cast(0, T))
+
+    @ti.func
+    def abs_(x):  # ti.abs: +0 for -0 (0 - x, not x * -1)
+        return ti.select(x > 0, x, ti.cast(0, T) - x)
+
+    @ti.func
+    def square(x):
+        return x * x
+
+    @ti.func
+    def reciprocal(x):
+        return ti.cast(1, T) / x
+
+    return dict(neg=neg, relu=relu, abs=abs_, square=square, reciprocal=reciprocal)
+
+
+def _unary_lanes(op, x, out, n, dtype, serial):
+    """The vector kernel of ``unary``; False (nothing done) if a buffer is misaligned."""
+    px, po = C.address(x), C.address(out)
+    if (px | po) & 15:
+        return False
+    L = V.LANES[dtype]
+    m = n // L
+    k = V.cached(("unary_lanes", op, dtype, serial), lambda: _build_unary_lanes(op, dtype, serial), L)
+    if k.fast is not None:
+        k.fast((px, po), (m, m), (m,))
+    else:
+        k((x, out), (px, po), (m, m), (m,))
+    h = m * L
+    if h < n:
+        k = C.cached(("unary", op, dtype, True), lambda: _build_unary(op, dtype, True))
+        k(x[h:n], out[h:n], n - h)
+    return True
+
+
+def _build_unary_lanes(op, dtype, serial):
+    ti = C.ti()
+    T = C.backend.ti_dtype(dtype)
+    VA = ti.types.ndarray(dtype=ti.types.vector(V.LANES[dtype], T), ndim=1)
+    fv = _unary_vec_funcs(dtype)[op]
+
+    @ti.kernel
+    def k(x: VA, out: VA, m: ti.i32):
+        ti.loop_config(serialize=serial)
+        for i in range(m):
+            out[i] = fv(x[i])
+    return k
+
+
+def _binary_lanes(op, mode, x, y, out, n, dtype, serial):
+    """The vector kernel of ``binary`` for modes same/xs/ys; False (nothing done) if a full-size
+    operand is misaligned. Kernel arguments: [the one-element operand (a scalar ndarray)], the
+    full-size ones (vector ndarrays), m = n // lanes."""
+    L = V.LANES[dtype]
+    if mode == "same":
+        full, front = (x, y, out), ()
+    else:
+        full, front = ((y, out), (x,)) if mode == "xs" else ((x, out), (y,))
+    ptrs = [C.address(a) for a in full]
+    if (ptrs[0] | ptrs[1] | ptrs[-1]) & 15:
+        return False
+    m = n // L
+    nf, nv = len(front), len(full)
+    k = V.cached(("binary_lanes", op, dtype, mode, serial), lambda: _build_binary_lanes(op, dtype, mode, serial),
+                 (1,) * nf + (L,) * nv)
+    if nf:
+        ptrs.insert(0, C.address(front[0]))
+    counts = (1,) * nf + (m,) * nv
+    if k.fast is not None:
+        k.fast(ptrs, counts, (m,))
+    else:
+        k(front + full, ptrs, counts, (m,))
+    h = m * L
+    if h < n:  # the tail: the scalar kernel, serialized, on views
+        k = C.cached(("binary", op, dtype, dtype, mode, True), lambda: _build_binary(op, dtype, dtype, mode, True))
+        xt = x if mode == "xs" else x[h:n]
+        yt = y if mode == "ys" else y[h:n]
+        k(xt, yt, out[h:n], n - h)
+    return True
+
+
+def _build_binary_lanes(op, dtype, mode, serial):
+    ti = C.ti()
+    T = C.backend.ti_dtype(dtype)
+    VT = ti.types.vector(V.LANES[dtype], T)
+    VA = ti.types.ndarray(dtype=VT, ndim=1)
+    S = C.arr(dtype)
+    f = _binary_funcs()[op]
+    if mode == "same":
+        @ti.kernel
+        def k(x: VA, y: VA, out: VA, m: ti.i32):
+            ti.loop_config(serialize=serial)
+            for i in range(m):
+                out[i] = f(x[i], y[i])
+        return k
+
+    xs = mode == "xs"
+
+    @ti.kernel
+    def ks(s: S, v: VA, out: VA, m: ti.i32):
+        ti.loop_config(serialize=serial)
+        for i in range(m):
+            if ti.static(xs):
+                out[i] = f(VT(s[0]), v[i])
+            else:
+                out[i] = f(v[i], VT(s[0]))
+    return ks
 
 
 def where(c, x, y, out, cs, xs, ys, outs, dtype: str):

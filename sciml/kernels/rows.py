@@ -91,9 +91,55 @@ def suffix_binary(op: str, x, y, out, rows: int, inner: int, x_full: bool, dtype
     if op in COMPARE or inner < MIN_INNER:
         return False
     serial = C.launch_mode(rows * inner)
+    if _suffix_lanes(op, x, y, out, rows, inner, x_full, dtype, serial):
+        return True
     k = C.cached(("rows_binary", op, dtype, x_full, serial), lambda: _build_binary(op, dtype, x_full, serial))
     k(x, y, out, rows, inner)
     return True
+
+
+def _suffix_lanes(op, x, y, out, rows, inner, x_full, dtype, serial):
+    """The 16-byte vector form of ``suffix_binary`` (CPU; ``kernels/_vec.py``): when ``inner`` is a
+    multiple of the lanes and every buffer is 16-byte aligned (then so is every row), rows of
+    inner/lanes vectors. Same ti.func, same numbers. False: not applicable."""
+    from . import _vec as V
+    from . import elementwise as E
+    L = V.LANES.get(dtype)
+    if not (E.VECTOR and L and op in E.VEC_BINARY and inner % L == 0 and backend.on_host()):
+        return False
+    ptrs = V.pointers((x, y, out))
+    if ptrs is None:
+        return False
+    iv = inner // L
+    small = rows * iv
+    k = V.cached(("rows_binary_lanes", op, dtype, x_full, serial),
+                 lambda: _build_binary_lanes(op, dtype, x_full, serial), L)
+    counts = (small, iv, small) if x_full else (iv, small, small)
+    if k.fast is not None:
+        k.fast(ptrs, counts, (rows, iv))
+    else:
+        k((x, y, out), ptrs, counts, (rows, iv))
+    return True
+
+
+def _build_binary_lanes(op, dtype, x_full, serial):
+    from . import _vec as V
+    from .elementwise import _binary_funcs
+    ti = C.ti()
+    VA = ti.types.ndarray(dtype=ti.types.vector(V.LANES[dtype], backend.ti_dtype(dtype)), ndim=1)
+    f = _binary_funcs()[op]
+
+    @ti.kernel
+    def k(x: VA, y: VA, out: VA, rows: ti.i32, iv: ti.i32):
+        ti.loop_config(serialize=serial)
+        for row in range(rows):
+            base = row * iv
+            for q in range(iv):
+                if ti.static(x_full):
+                    out[base + q] = f(x[base + q], y[q])
+                else:
+                    out[base + q] = f(x[q], y[base + q])
+    return k
 
 
 def _build_binary(op, dtype, x_full, serial):

@@ -1,0 +1,138 @@
+"""The 16-byte vector forms of the cheap elementwise kernels (CPU, ``kernels/_vec.py``) give the same
+bits as the scalar kernels: binary ops (same shape, one-element operand), cheap unary ops, the row-wise
+suffix broadcast; lengths not a multiple of the lanes, misaligned views (scalar fallback), +-0, +-inf, NaN."""
+import numpy as np
+import pytest
+
+from sciml.kernels import elementwise as E
+from sciml.kernels import rows as R
+
+DTYPES = ("float32", "float64")
+
+
+def _data(rng, n, dt):
+    a = rng.standard_normal(n).astype(dt)
+    a[::97] = np.nan
+    a[5::101] = np.inf
+    a[7::103] = -np.inf
+    a[9::89] = 0.0
+    a[11::83] = -0.0
+    return a
+
+
+def _both(run, n, dt):
+    """run(out) with the vector kernels off, then on; both outputs."""
+    outs = []
+    old = E.VECTOR
+    try:
+        for vec in (False, True):
+            E.VECTOR = vec
+            o = np.full(n, 7, dt)
+            run(o)
+            outs.append(o)
+    finally:
+        E.VECTOR = old
+    return outs
+
+
+def _same_bits(a, b):
+    u = "u4" if a.dtype == np.float32 else "u8"
+    d = np.nonzero(a.view(u) != b.view(u))[0]
+    assert not len(d), (d[:5], a[d[:5]], b[d[:5]])
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("n", [1027, 40000, 300003])
+def test_binary_same_bits(dt, n):
+    rng = np.random.default_rng(n)
+    for op in sorted(E.VEC_BINARY):
+        for mode in ("same", "xs", "ys"):
+            x = _data(rng, 1 if mode == "xs" else n, dt)
+            y = _data(rng, 1 if mode == "ys" else n, dt)
+            for s in ((x,) if mode == "xs" else (y,) if mode == "ys" else ()):
+                s[0] = rng.standard_normal()
+
+            def run(o):
+                E.binary(op, x, y, o, x.shape, y.shape, (n,), dt, dt)
+            a, b = _both(run, n, dt)
+            _same_bits(a, b), (op, mode)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_binary_scalar_operand_special(dt):
+    n = 1030
+    rng = np.random.default_rng(1)
+    x = _data(rng, n, dt)
+    for op in ("mul", "div", "maximum", "relu_grad", "tanh_grad"):
+        for v in (np.nan, np.inf, -0.0, 0.0):
+            s = np.array([v], dt)
+            for xs, ys, a_, b_ in (((1,), (n,), s, x), ((n,), (1,), x, s)):
+                def run(o):
+                    E.binary(op, a_, b_, o, xs, ys, (n,), dt, dt)
+                r0, r1 = _both(run, n, dt)
+                _same_bits(r0, r1)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_binary_misaligned_views(dt):
+    n = 5000
+    rng = np.random.default_rng(2)
+    xb, yb = _data(rng, n + 3, dt), _data(rng, n + 3, dt)
+    for off in (1, 2, 3):
+        x, y = xb[off:off + n], yb[:n]
+        for op in ("add", "relu_grad"):
+            def run(o):
+                E.binary(op, x, y, o, (n,), (n,), (n,), dt, dt)
+            a, b = _both(run, n, dt)
+            _same_bits(a, b)
+            assert np.array_equal(a[~np.isnan(a)], (x + y)[~np.isnan(a)]) or op != "add"
+            ob = np.empty(n + 1, dt)
+
+            def run_out(o):
+                E.binary(op, y, y, ob[1:], (n,), (n,), (n,), dt, dt)  # misaligned output
+                o[:] = ob[1:]
+            a, b = _both(run_out, n, dt)
+            _same_bits(a, b)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("n", [1027, 40001])
+def test_unary_same_bits(dt, n):
+    rng = np.random.default_rng(3)
+    x = _data(rng, n, dt)
+    for op in sorted(E.VEC_UNARY):
+        def run(o):
+            E.unary(op, x, o, n, dt)
+        a, b = _both(run, n, dt)
+        _same_bits(a, b)
+        a, b = _both(lambda o: E.unary(op, x[1:], o[1:], n - 1, dt), n, dt)  # misaligned: scalar
+        _same_bits(a, b)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_suffix_binary_same_bits(dt):
+    rng = np.random.default_rng(4)
+    for rows, inner in ((33, 256), (5, 20), (4, 12), (3, 9)):
+        for op in sorted(E.VEC_BINARY):
+            for x_full in (True, False):
+                big, small = _data(rng, rows * inner, dt), _data(rng, inner, dt)
+                x, y = (big, small) if x_full else (small, big)
+
+                def run(o):
+                    assert R.suffix_binary(op, x, y, o, rows, inner, x_full, dt)
+                a, b = _both(run, rows * inner, dt)
+                _same_bits(a, b)
+
+
+def test_ops_through_tensors():
+    import sciml as sm
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((64, 130)).astype(np.float32)
+    b = rng.standard_normal((64, 130)).astype(np.float32)
+    x, y = sm.tensor(a, dtype="float32"), sm.tensor(b, dtype="float32")
+    np.testing.assert_array_equal((x + y).numpy(), a + b)
+    np.testing.assert_array_equal((x * 2.0).numpy(), a * np.float32(2))
+    np.testing.assert_array_equal(sm.relu(x).numpy(), np.maximum(a, 0))
+    np.testing.assert_array_equal((-x).numpy(), -a)
+    np.testing.assert_array_equal(sm.abs(x).numpy(), np.abs(a))
+    np.testing.assert_array_equal(sm.maximum(x, y).numpy(), np.maximum(a, b))
