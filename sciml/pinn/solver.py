@@ -281,7 +281,8 @@ def solve(problem, net, points=4096, stages=None, *, blas_threads=1, **kw):
         resample: residual-adaptive resampling of the interior points every ``every`` steps
             (in curvature stages at the end of an optimizer step, which restarts its history
             unless ``'restart': False``: a dense BFGS then keeps its inverse-Hessian estimate
-            across the new points, as Urban et al. 2024 do):
+            across the new points, as Urban et al. 2024 do; a curvature step whose line search
+            fails after progress draws the new points at once instead of ending the stage):
             None, ``'rad'``/``'rar'``, or a dict ``{'method': 'rad', 'every': 1000,
             'candidates': 4, 'k': 1, 'c': 1}`` (RAD: Wu et al. 2023) or ``{'method': 'rar',
             'add': 0.1}`` (RAR: add the 10% worst candidates); ``'until': step`` stops
@@ -398,12 +399,19 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
                 value, terms = float(res.loss), dist.all_reduce(loss.terms(params))
                 if fwd is not None and not _is_least_squares(opt):
                     value = inv(value)
-                if done == 0 or getattr(res, "reason", "") in ("gtol", "ftol", "xtol",
-                                                               "line_search", "converged"):
+                why = getattr(res, "reason", "")
+                force = (why == "line_search" and done > 0 and resample is not None and k < steps
+                         and (resample["until"] is None or global_step <= resample["until"]))
+                if force:
+                    # no decrease found on these points (float32 at its rounding floor): with
+                    # resampling on, draw the next points now instead of ending the stage
+                    stop_stage = False
+                elif done == 0 or why in ("gtol", "ftol", "xtol", "line_search", "converged"):
                     stop_stage = True
                 else:
                     stop_stage = False
             else:
+                force = False
                 (value_t, terms), grads = dist.value_and_grad(total, has_aux=True, reduce_aux=True)(params)
                 opt.step(grads)
                 k += 1
@@ -414,8 +422,8 @@ def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=()
                 if weighting.adaptive:
                     weighting.update(k, lambda: _term_grad_norms(loss, params))
             if resample and k < steps and (resample["until"] is None or global_step <= resample["until"]) \
-                    and (global_step // resample["every"]
-                                           > (global_step - (k - k_prev)) // resample["every"]):
+                    and (force or global_step // resample["every"]
+                         > (global_step - (k - k_prev)) // resample["every"]):
                 batch = _resample(problem, loss, params, batch, rng, resample, dtype, method)
                 loss = _rebuild(loss, batch)
                 if curv and resample["restart"]:   # a new objective: restart the curvature history

@@ -59,3 +59,29 @@ def test_cli_float64_burgers_uses_the_float64_recipe(capsys):
     from sciml.pinn.problems import get
     s32 = get("burgers").for_dtype("float32")          # the float32 defaults are unchanged
     assert s32.sizes == [2, 32, 32, 32, 32, 1] and s32.optimizer == "lbfgs" and s32.steps == (1000, 10000)
+
+
+def test_failed_line_search_draws_new_points_instead_of_ending_the_stage(monkeypatch):
+    import sciml.pinn.solver as S
+    from sciml.optim import LBFGS
+    resamples = []
+    orig = S._resample
+    monkeypatch.setattr(S, "_resample", lambda *a, **k: (resamples.append(1), orig(*a, **k))[1])
+
+    class FailsOnce(LBFGS):          # the first chunk reports a failed line search after progress
+        calls, first = 0, None
+
+        def _minimize(self, loss_fn, values):
+            res = super()._minimize(loss_fn, values)
+            FailsOnce.calls += 1
+            if FailsOnce.calls == 1:
+                res.reason, FailsOnce.first = "line_search", res.iterations
+            return res
+    common = dict(points=32, verbose=False, seed=0)
+    r = solve(_poisson(), MLP([1, 8, 1], activation=sm.tanh, seed=0),
+              stages=[(FailsOnce(max_iter=5), 20)], resample={"method": "rad", "every": 1000}, **common)
+    assert resamples == [1] and r.history["step"][-1] == 20     # resampled at once, stage went on
+    FailsOnce.calls = 0
+    r = solve(_poisson(), MLP([1, 8, 1], activation=sm.tanh, seed=0),
+              stages=[(FailsOnce(max_iter=5), 20)], **common)  # no resampling: the stage ends
+    assert r.history["step"][-1] == FailsOnce.first > 0
