@@ -7,6 +7,10 @@ PyTorch's ``@`` on the same arrays when torch is installed.
 (2) A cheap elementwise op (relu) and a transcendental one (tanh) through sciml at sizes around
 the serial/parallel switch of ``kernels._common.launch_mode``, each forced serial and forced
 parallel: the numbers the policy's thresholds come from.
+(3) The cheap elementwise kernels (add, mul, relu_grad, tanh_grad, relu) at 131072 and 328704
+float32 elements (the W4 HVP's sizes) and a (321, 1024) row-wise suffix multiply, with the
+16-byte vector kernels (``kernels.elementwise.VECTOR``) and with the scalar ones, in interleaved
+rounds (the policy's serial/parallel choice in both).
 
     python -m benchmarks.bench_blas [--repeat 60]
 """
@@ -89,6 +93,42 @@ def launch_rows(repeat):
     return res
 
 
+def vector_rows(repeat, rounds=5):
+    import sciml as sm
+    from sciml.kernels import elementwise as E
+    from sciml.kernels import rows as R
+    sm.init(arch="cpu", dtype="float32")
+    rng = np.random.default_rng(0)
+    cases = []
+    for n in (131072, 328704):
+        x, y = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+        o = np.empty(n, np.float32)
+        for op in ("add", "mul", "relu_grad", "tanh_grad"):
+            cases.append((f"{op}_{n}", n, lambda op=op, x=x, y=y, o=o, n=n:
+                          E.binary(op, x, y, o, (n,), (n,), (n,), "float32", "float32")))
+        cases.append((f"relu_{n}", n, lambda x=x, o=o, n=n: E.unary("relu", x, o, n, "float32")))
+    rows, inner = 321, 1024
+    xb, ys = rng.standard_normal(rows * inner).astype(np.float32), rng.standard_normal(inner).astype(np.float32)
+    ob = np.empty(rows * inner, np.float32)
+    cases.append((f"suffix_mul_{rows}x{inner}", rows * inner,
+                  lambda: R.suffix_binary("mul", xb, ys, ob, rows, inner, True, "float32")))
+    res = []
+    old = E.VECTOR
+    try:
+        for name, n, fn in cases:
+            samples = {True: [], False: []}
+            for _ in range(rounds):  # interleaved: both variants see the same load
+                for vec in (False, True):
+                    E.VECTOR = vec
+                    samples[vec] += peers.timeit_samples(fn, 3, max(1, repeat // rounds))
+            for vec in (True, False):
+                res.append(peers.make_result(f"sciml/{name}_{'vector' if vec else 'scalar'}", samples[vec], n=n))
+            res[-2]["speedup_median"] = res[-1]["median_s"] / res[-2]["median_s"]
+    finally:
+        E.VECTOR = old
+    return res
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=60)
@@ -99,6 +139,9 @@ def main(argv=None):
     print()
     print(peers.format_table(launch_rows(a.repeat), "launch policy: serial vs parallel CPU loops (policy = "
                                                     "what sciml picks)"))
+    print()
+    print(peers.format_table(vector_rows(a.repeat), "cheap elementwise kernels, float32: 16-byte vector vs scalar "
+                                                    "(interleaved rounds)"))
     return res
 
 
