@@ -136,3 +136,33 @@ def test_ops_through_tensors():
     np.testing.assert_array_equal((-x).numpy(), -a)
     np.testing.assert_array_equal(sm.abs(x).numpy(), np.abs(a))
     np.testing.assert_array_equal(sm.maximum(x, y).numpy(), np.maximum(a, b))
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_general_binary_same_bits(dt):
+    rng = np.random.default_rng(6)
+    shapes = [((6, 5, 16), (6, 1, 16)), ((6, 1, 16), (6, 5, 16)), ((6, 5, 16), (6, 5, 1)), ((6, 5, 1), (6, 5, 16)),
+              ((3, 4, 8), (1, 4, 8)), ((3, 4, 10), (3, 1, 10)), ((2, 3, 4, 12), (2, 1, 4, 12))]
+    for xs, ys in shapes:
+        outs = np.broadcast_shapes(xs, ys)
+        n = int(np.prod(outs))
+        for op in sorted(E.VEC_BINARY):
+            x, y = _data(rng, int(np.prod(xs)), dt), _data(rng, int(np.prod(ys)), dt)
+
+            def run(o):
+                assert R.general_binary(op, x, y, o, xs, ys, outs, dt)
+            a, b = _both(run, n, dt)
+            _same_bits(a, b)
+            if op == "add":
+                np.testing.assert_array_equal(a, (x.reshape(xs) + y.reshape(ys)).ravel())
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_pair_sum_same_bits(dt):
+    rng = np.random.default_rng(7)
+    for rows, inner in ((9, 64), (4, 10)):
+        for op1, op2 in (("tanh_grad", "twice_mul"), ("mul", "mul"), ("sigmoid_grad", "div")):
+            a, c = _data(rng, rows * inner, dt), _data(rng, rows * inner, dt)
+            p, q = _data(rng, inner, dt), _data(rng, inner, dt)
+            x = _both(lambda o: R.pair_sum(op1, op2, a, p, q, c, o, rows, inner, dt), rows * inner, dt)
+            _same_bits(*x)

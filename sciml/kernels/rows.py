@@ -196,10 +196,79 @@ def general_binary(op: str, x, y, out, xs, ys, outs, dtype: str) -> bool:
     inner = sh[-1]
     n = math.prod(outs)
     serial = C.launch_mode(n)
-    k = C.cached(("rows_gbinary", op, dtype, serial), lambda: _build_general(op, dtype, serial))
     r = len(sh) - 1
-    k(x, y, out, n // inner, inner, backend.meta((r, ax[-1], ay[-1], *sh[:-1], *ax[:-1], *ay[:-1])))
+    meta = backend.meta((r, ax[-1], ay[-1], *sh[:-1], *ax[:-1], *ay[:-1]))
+    if _general_lanes(op, x, y, out, n, inner, ax, ay, meta, dtype, serial):
+        return True
+    k = C.cached(("rows_gbinary", op, dtype, serial), lambda: _build_general(op, dtype, serial))
+    k(x, y, out, n // inner, inner, meta)
     return True
+
+
+def _general_lanes(op, x, y, out, n, inner, ax, ay, meta, dtype, serial):
+    """16-byte vector form of ``general_binary`` (CPU, ``kernels/_vec.py``) when ``inner`` is a multiple
+    of the lanes, every buffer 16-byte aligned and each operand either runs along the inner axis
+    (stride 1: a vector ndarray; its row offsets are then multiples of the lanes) or is constant along
+    it (stride 0: a scalar ndarray, the element broadcast to a vector). Same ti.func, same numbers."""
+    from . import _vec as V
+    from . import elementwise as E
+    L = V.LANES.get(dtype)
+    vx, vy = ax[-1] == 1, ay[-1] == 1
+    if not (E.VECTOR and L and op in E.VEC_BINARY and inner % L == 0 and (vx or vy) and backend.on_host()):
+        return False
+    if any(s % L for s in (*ax[:-1], *ay[:-1])):
+        return False
+    ptrs = V.pointers((x, y, out))
+    if ptrs is None:
+        return False
+    k = V.cached(("rows_gbinary_lanes", op, dtype, serial, vx, vy),
+                 lambda: _build_general_lanes(op, dtype, serial, vx, vy), (L if vx else 1, L if vy else 1, L, 1))
+    counts = (x.size // L if vx else x.size, y.size // L if vy else y.size, n // L, len(meta))
+    ptrs.append(C.address(meta))
+    if k.fast is not None:
+        k.fast(ptrs, counts, (n // inner, inner // L))
+    else:
+        k((x, y, out, meta), ptrs, counts, (n // inner, inner // L))
+    return True
+
+
+def _build_general_lanes(op, dtype, serial, vx, vy):
+    from . import _vec as V
+    from .elementwise import _binary_funcs
+    ti = C.ti()
+    L = V.LANES[dtype]
+    T = backend.ti_dtype(dtype)
+    VT = ti.types.vector(L, T)
+    VA, S, I = ti.types.ndarray(dtype=VT, ndim=1), C.arr(dtype), C.arr("int32")
+    AX, AY = (VA if vx else S), (VA if vy else S)
+    f = _binary_funcs()[op]
+
+    @ti.kernel
+    def k(x: AX, y: AY, out: VA, meta: I, rows: ti.i32, iv: ti.i32):
+        ti.loop_config(serialize=serial)
+        for row in range(rows):
+            r = meta[0]
+            rem, ox, oy = row, 0, 0
+            for j in range(r):
+                d = r - 1 - j
+                s = meta[3 + d]
+                idx = rem % s
+                rem = rem // s
+                ox += idx * meta[3 + r + d]
+                oy += idx * meta[3 + 2 * r + d]
+            base = row * iv
+            if ti.static(vx and vy):
+                for q in range(iv):
+                    out[base + q] = f(x[ox // L + q], y[oy // L + q])
+            elif ti.static(vx):
+                b = VT(y[oy])
+                for q in range(iv):
+                    out[base + q] = f(x[ox // L + q], b)
+            else:
+                a = VT(x[ox])
+                for q in range(iv):
+                    out[base + q] = f(a, y[oy // L + q])
+    return k
 
 
 def _build_general(op, dtype, serial):
@@ -232,14 +301,30 @@ def pair_sum(op1: str, op2: str, a, p, q, c, out, rows: int, inner: int, dtype: 
     """out (rows, inner) = op1(a, p) + op2(q, c) with a, c of shape (rows, inner) and p, q of shape
     (inner,): a product rule ``t_x * y + x * t_y`` of batched tangents in one pass instead of three."""
     serial = C.launch_mode(rows * inner)
+    from . import _vec as V
+    from . import elementwise as E
+    L = V.LANES.get(dtype)
+    if (E.VECTOR and L and op1 in E.VEC_BINARY and op2 in E.VEC_BINARY and inner % L == 0
+            and backend.on_host()):
+        ptrs = V.pointers((a, p, q, c, out))
+        if ptrs is not None:  # 16-byte vector form (kernels/_vec.py): every row aligned, same ti.funcs
+            iv = inner // L
+            full = rows * iv
+            k = V.cached(("rows_pair_lanes", op1, op2, dtype, serial),
+                         lambda: _build_pair(op1, op2, dtype, serial, L), L)
+            if k.fast is not None:
+                k.fast(ptrs, (full, iv, iv, full, full), (rows, iv))
+            else:
+                k((a, p, q, c, out), ptrs, (full, iv, iv, full, full), (rows, iv))
+            return
     k = C.cached(("rows_pair", op1, op2, dtype, serial), lambda: _build_pair(op1, op2, dtype, serial))
     k(a, p, q, c, out, rows, inner)
 
 
-def _build_pair(op1, op2, dtype, serial):
+def _build_pair(op1, op2, dtype, serial, lanes=1):
     from .elementwise import _binary_funcs
     ti = C.ti()
-    A = C.arr(dtype)
+    A = C.arr(dtype) if lanes == 1 else ti.types.ndarray(dtype=ti.types.vector(lanes, backend.ti_dtype(dtype)), ndim=1)
     f1, f2 = _binary_funcs()[op1], _binary_funcs()[op2]
 
     @ti.kernel
