@@ -1,8 +1,11 @@
 """Peer (PyTorch / JAX / NumPy / SciPy) implementations of sciml's benchmark
 workloads, for in-process CPU timing comparisons.
 
-Importing this package never imports torch or jax. Use :func:`available` /
-:func:`load_peer` to get a peer module only when its framework is installed::
+Importing this package imports torch (when installed) right away, before any sciml op runs:
+sciml's CPU GEMM loads Intel MKL with its symbols global, and a torch imported after that binds
+its MKL calls to sciml's sequential MKL (torch then reports one thread). Imported first, torch
+uses its own MKL and threads as in a torch-only process. ``SCIML_BENCH_LAZY_PEERS=1`` turns this
+off. Use :func:`available` / :func:`load_peer` to get a peer module when its framework is installed::
 
     from benchmarks import peers
     tp = peers.load_peer("torch")      # module or None
@@ -41,6 +44,19 @@ _PEER_MODULES = {
     "jax": ("jax", "benchmarks.peers.jax_peers"),
     "numpy": ("numpy", "benchmarks.peers.numpy_peers"),
 }
+
+
+def _preload_torch():
+    if os.environ.get("SCIML_BENCH_LAZY_PEERS"):
+        return
+    try:
+        if importlib.util.find_spec("torch") is not None:
+            importlib.import_module("torch")
+    except Exception:  # broken install: load_peer reports it unavailable later
+        pass
+
+
+_preload_torch()
 
 
 # --------------------------------------------------------------------------

@@ -14,6 +14,11 @@ thread that blocks between calls. "omp" keeps MKL's OpenMP threads, which spin f
 14-18 ms with MKL single-threaded; 64-120 -> 13-22 ms with torch's OpenMP runtime in the process)
 and the W1 step was 8-10 ms ("split") vs 11.6-15.8 ms ("omp") in interleaved runs on a loaded VM.
 ``threads(n)`` / ``set_threads(n)`` limit the GEMM threads (1: no split).
+
+Other libraries: MKL's runtime makes its symbols global when it loads (at sciml's first CPU GEMM).
+A library with its own MKL imported after that (PyTorch's is static) binds to this sequential MKL:
+``torch.get_num_threads()`` then reports 1. Import such libraries first, or set
+``SCIML_BLAS=numpy``. (Loading MKL in a private namespace with ``dlmopen`` crashed here.)
 """
 import ctypes
 import glob
