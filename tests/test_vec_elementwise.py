@@ -45,7 +45,8 @@ def _same_bits(a, b):
 @pytest.mark.parametrize("n", [1027, 40000, 300003])
 def test_binary_same_bits(dt, n):
     rng = np.random.default_rng(n)
-    for op in sorted(E.VEC_BINARY):
+    ops = sorted(E.VEC_BINARY) if n < 100000 else ("add", "relu_grad", "sigmoid_grad")  # parallel launches
+    for op in ops:
         for mode in ("same", "xs", "ys"):
             x = _data(rng, 1 if mode == "xs" else n, dt)
             y = _data(rng, 1 if mode == "ys" else n, dt)
@@ -85,7 +86,9 @@ def test_binary_misaligned_views(dt):
                 E.binary(op, x, y, o, (n,), (n,), (n,), dt, dt)
             a, b = _both(run, n, dt)
             _same_bits(a, b)
-            assert np.array_equal(a[~np.isnan(a)], (x + y)[~np.isnan(a)]) or op != "add"
+            if op == "add":
+                with np.errstate(invalid="ignore"):  # inf + -inf
+                    np.testing.assert_array_equal(a, x + y)
             ob = np.empty(n + 1, dt)
 
             def run_out(o):

@@ -416,7 +416,7 @@ def _unary_vec_funcs(dtype):
         return x * ti.cast(-1, T)
 
     @ti.func
-    def relu(x):  # the scalar ti.max(x, 0.0) gives +0 for -0 and NaN; a vector max gives -0 and NaN
+    def relu(x):  # scalar ti.max(x, 0.0): +0 for -0, 0 for NaN; a vector ti.max: -0 and NaN
         return ti.select(x > 0, x, ti.cast(0, T))
 
     @ti.func
@@ -436,6 +436,8 @@ def _unary_vec_funcs(dtype):
 
 def _unary_lanes(op, x, out, n, dtype, serial):
     """The vector kernel of ``unary``; False (nothing done) if a buffer is misaligned."""
+    if not (x.flags.c_contiguous and out.flags.c_contiguous):
+        return False
     px, po = C.address(x), C.address(out)
     if (px | po) & 15:
         return False
@@ -476,6 +478,8 @@ def _binary_lanes(op, mode, x, y, out, n, dtype, serial):
         full, front = (x, y, out), ()
     else:
         full, front = ((y, out), (x,)) if mode == "xs" else ((x, out), (y,))
+    if not all(a.flags.c_contiguous for a in full):  # sciml's buffers are; a strided view is not
+        return False
     ptrs = [C.address(a) for a in full]
     if (ptrs[0] | ptrs[1] | ptrs[-1]) & 15:
         return False

@@ -98,6 +98,10 @@ def suffix_binary(op: str, x, y, out, rows: int, inner: int, x_full: bool, dtype
     return True
 
 
+def _contiguous(arrays):
+    return all(a.flags.c_contiguous for a in arrays)  # sciml's buffers are; a strided view is not
+
+
 def _suffix_lanes(op, x, y, out, rows, inner, x_full, dtype, serial):
     """The 16-byte vector form of ``suffix_binary`` (CPU; ``kernels/_vec.py``): when ``inner`` is a
     multiple of the lanes and every buffer is 16-byte aligned (then so is every row), rows of
@@ -107,7 +111,7 @@ def _suffix_lanes(op, x, y, out, rows, inner, x_full, dtype, serial):
     L = V.LANES.get(dtype)
     if not (E.VECTOR and L and op in E.VEC_BINARY and inner % L == 0 and backend.on_host()):
         return False
-    ptrs = V.pointers((x, y, out))
+    ptrs = V.pointers((x, y, out)) if _contiguous((x, y, out)) else None
     if ptrs is None:
         return False
     iv = inner // L
@@ -218,7 +222,7 @@ def _general_lanes(op, x, y, out, n, inner, ax, ay, meta, dtype, serial):
         return False
     if any(s % L for s in (*ax[:-1], *ay[:-1])):
         return False
-    ptrs = V.pointers((x, y, out))
+    ptrs = V.pointers((x, y, out)) if _contiguous((x, y, out)) else None
     if ptrs is None:
         return False
     k = V.cached(("rows_gbinary_lanes", op, dtype, serial, vx, vy),
@@ -306,7 +310,7 @@ def pair_sum(op1: str, op2: str, a, p, q, c, out, rows: int, inner: int, dtype: 
     L = V.LANES.get(dtype)
     if (E.VECTOR and L and op1 in E.VEC_BINARY and op2 in E.VEC_BINARY and inner % L == 0
             and backend.on_host()):
-        ptrs = V.pointers((a, p, q, c, out))
+        ptrs = V.pointers((a, p, q, c, out)) if _contiguous((a, p, q, c, out)) else None
         if ptrs is not None:  # 16-byte vector form (kernels/_vec.py): every row aligned, same ti.funcs
             iv = inner // L
             full = rows * iv
