@@ -109,7 +109,8 @@ def _suffix_lanes(op, x, y, out, rows, inner, x_full, dtype, serial):
     from . import _vec as V
     from . import elementwise as E
     L = V.LANES.get(dtype)
-    if not (E.VECTOR and L and op in E.VEC_BINARY and inner % L == 0 and backend.on_host()):
+    if not (E.VECTOR and L and op in E.VEC_BINARY and inner % L == 0 and rows * inner >= E.VEC_MIN_N
+            and backend.on_host()):
         return False
     ptrs = V.pointers((x, y, out)) if _contiguous((x, y, out)) else None
     if ptrs is None:
@@ -218,7 +219,8 @@ def _general_lanes(op, x, y, out, n, inner, ax, ay, meta, dtype, serial):
     from . import elementwise as E
     L = V.LANES.get(dtype)
     vx, vy = ax[-1] == 1, ay[-1] == 1
-    if not (E.VECTOR and L and op in E.VEC_BINARY and inner % L == 0 and (vx or vy) and backend.on_host()):
+    if not (E.VECTOR and L and op in E.VEC_BINARY and inner % L == 0 and (vx or vy) and n >= E.VEC_MIN_N
+            and backend.on_host()):
         return False
     if any(s % L for s in (*ax[:-1], *ay[:-1])):
         return False
@@ -309,7 +311,7 @@ def pair_sum(op1: str, op2: str, a, p, q, c, out, rows: int, inner: int, dtype: 
     from . import elementwise as E
     L = V.LANES.get(dtype)
     if (E.VECTOR and L and op1 in E.VEC_BINARY and op2 in E.VEC_BINARY and inner % L == 0
-            and backend.on_host()):
+            and rows * inner >= E.VEC_MIN_N and backend.on_host()):
         ptrs = V.pointers((a, p, q, c, out)) if _contiguous((a, p, q, c, out)) else None
         if ptrs is not None:  # 16-byte vector form (kernels/_vec.py): every row aligned, same ti.funcs
             iv = inner // L
