@@ -182,3 +182,21 @@ def test_pair_sum_same_bits(dt):
             x = _both(lambda o: R.pair_sum(op1, op2, a, p, q, c, o, rows, inner, dt), rows * inner, dt)
             _same_bits(*x)
     _used("rows_pair_lanes", dt)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_reduce_sum_strided_same_bits(dt):
+    from sciml.kernels import reduce as RD
+    rng = np.random.default_rng(8)
+    for outer, r, inner in ((1, 256, 512), (3, 100, 64), (2, 700, 12), (1, 5000, 4), (4, 33, 10)):
+        x = _data(rng, outer * r * inner, dt)
+        x[np.isnan(x) | np.isinf(x)] = 1.5  # finite sums: compare values, not NaN patterns only
+        x[::7] *= 1e7  # cancellation: the order of the additions shows in the bits
+
+        def run(o):
+            RD.reduce("sum", x, o, outer, r, inner, dt)
+        a, b = _both(run, outer * inner, dt)
+        _same_bits(a, b)
+        np.testing.assert_allclose(a, x.reshape(outer, r, inner).astype(np.float64).sum(1).ravel(),
+                                   rtol=1e-3 if dt == "float32" else 1e-9, atol=1e3)
+    _used("reduce_sum_lanes", dt)

@@ -52,6 +52,8 @@ def reduce(op: str, x, out, outer: int, r: int, inner: int, dtype: str):
         k(x, part, outer, r, inner, chunk, nch)
         return reduce(op, part, out, outer, nch, inner, dtype)
     serial = C.launch_mode(nout * max(r, 1), C.CHEAP) or (nout < 4 and host)  # never on devices
+    if op == "sum" and host and r > 1 and _sum_lanes(x, out, outer, r, inner, dtype, serial):
+        return
     contig = inner == 1  # rows: a unit-stride inner loop the compiler can unroll
     k = C.cached(("reduce", op, dtype, serial, contig), lambda: _build(op, dtype, serial, contig))
     k(x, out, outer, r, inner)
@@ -76,6 +78,51 @@ def _build(op, dtype, serial, contig=False):
             else:
                 for j in range(r):
                     acc = f(acc, x[base + j * inner])
+            out[o] = acc
+    return k
+
+
+def _sum_lanes(x, out, outer, r, inner, dtype, serial):
+    """Sums over a strided axis (e.g. a bias gradient's column sums) on 16-byte vectors of ``inner``
+    (CPU, ``kernels/_vec.py``): when ``inner`` is a multiple of the lanes and both buffers are aligned,
+    each iteration sums ``lanes`` adjacent outputs, in the same order (0 + x[0] + x[1] + ...) as the
+    scalar kernel: the same bits. False: not applicable (switch: ``elementwise.VECTOR``)."""
+    from . import _vec as V
+    from . import elementwise as E
+    L = V.LANES.get(dtype)
+    if not (E.VECTOR and L and inner % L == 0 and outer * inner * r >= E.VEC_MIN_N
+            and x.flags.c_contiguous and out.flags.c_contiguous):
+        return False
+    ptrs = V.pointers((x, out))
+    if ptrs is None:
+        return False
+    iv = inner // L
+    k = V.cached(("reduce_sum_lanes", dtype, serial), lambda: _build_sum_lanes(dtype, serial), L)
+    counts = (outer * r * iv, outer * iv)
+    if k.fast is not None:
+        k.fast(ptrs, counts, (outer, r, iv))
+    else:
+        k((x, out), ptrs, counts, (outer, r, iv))
+    return True
+
+
+def _build_sum_lanes(dtype, serial):
+    from . import _vec as V
+    ti = C.ti()
+    T = C.backend.ti_dtype(dtype)
+    VT = ti.types.vector(V.LANES[dtype], T)
+    VA = ti.types.ndarray(dtype=VT, ndim=1)
+
+    @ti.kernel
+    def k(x: VA, out: VA, outer: ti.i32, r: ti.i32, iv: ti.i32):
+        ti.loop_config(serialize=serial)
+        for o in range(outer * iv):
+            a = o // iv
+            b = o % iv
+            base = a * r * iv + b
+            acc = VT(ti.cast(0, T))
+            for j in range(r):
+                acc = acc + x[base + j * iv]
             out[o] = acc
     return k
 
