@@ -116,3 +116,30 @@ def test_large_gemm_split_in_two(shape, ta, tb, accumulate):
         out1 = C0.ravel().copy()
         blas.gemm(A.ravel(), B.ravel(), out1, m, n, k, ta, tb, "float64", accumulate)
     np.testing.assert_allclose(out1, out, rtol=1e-12, atol=1e-12)
+
+
+def test_split_mode_in_its_own_process():
+    """SCIML_GEMM_THREADS=split (MKL sequential, large GEMMs in two halves): same results."""
+    if not blas.available():
+        pytest.skip("MKL not installed")
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np\n"
+        "from sciml.kernels import blas\n"
+        "assert blas.mkl() is not None and blas._state['mode'] == 'split'\n"
+        "rng = np.random.default_rng(0)\n"
+        "for (m, n, k) in [(300, 200, 80), (40, 600, 200)]:\n"
+        "    for ta in (False, True):\n"
+        "        for tb in (False, True):\n"
+        "            A = rng.standard_normal((k, m) if ta else (m, k)); B = rng.standard_normal((n, k) if tb else (k, n))\n"
+        "            C0 = rng.standard_normal((m, n)); out = C0.ravel().copy()\n"
+        "            blas.gemm(A.ravel(), B.ravel(), out, m, n, k, ta, tb, 'float64', True)\n"
+        "            ref = (A.T if ta else A) @ (B.T if tb else B) + C0\n"
+        "            assert np.allclose(out.reshape(m, n), ref, rtol=1e-10, atol=1e-10), (m, n, k, ta, tb)\n"
+        "assert blas.get_threads() == 2\n"
+        "print('ok')\n")
+    env = dict(os.environ, SCIML_GEMM_THREADS="split")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

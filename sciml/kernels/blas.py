@@ -7,18 +7,20 @@ GEMM is the one place sciml may route around Taichi on CPU; everything else stay
 Selection: env ``SCIML_BLAS`` = ``auto`` (default: MKL if found, else numpy), ``mkl`` (error if
 missing), ``numpy``. ``SCIML_MKL_LIB`` names the library file explicitly.
 
-Threads (``SCIML_GEMM_THREADS``): "split" (default) loads MKL sequential (no OpenMP runtime) and
-cuts each GEMM of at least ``SPLIT_MIN`` multiply-adds in two halves, the second on one worker
-thread that blocks between calls. "omp" keeps MKL's OpenMP threads, which spin for KMP_BLOCKTIME
-(200 ms) after each call: measured here they starved Taichi's thread pool (W4b Hessian 22-25 ->
-14-18 ms with MKL single-threaded; 64-120 -> 13-22 ms with torch's OpenMP runtime in the process)
-and the W1 step was 8-10 ms ("split") vs 11.6-15.8 ms ("omp") in interleaved runs on a loaded VM.
+Threads (``SCIML_GEMM_THREADS``): "omp" (default) keeps MKL's OpenMP threads; "split" loads MKL
+sequential (no OpenMP runtime) and cuts each GEMM of at least ``SPLIT_MIN`` multiply-adds in two
+halves, the second on one worker thread that blocks between calls. Measured here (idle machine,
+09:10 UTC, interleaved runs): W1 step 4.62-4.76 ms "omp" vs 5.56 ms "split", W4a HVP 12.3 vs 15.0
+ms, W4b Hessian 11.6 vs 13.6 ms; the 8 W1 GEMMs alone 2.63 vs 3.32 ms (torch 2.53). On a loaded
+machine (other processes holding a core) "split" was better: W1 8.1-10.3 vs 11.6-15.8 ms, since
+MKL's OpenMP threads spin (KMP_BLOCKTIME, 200 ms) and wait for a descheduled partner. Inside a
+batched-tangent pass MKL runs single-threaded (``threads(1)``: many small GEMMs).
 ``threads(n)`` / ``set_threads(n)`` limit the GEMM threads (1: no split).
 
 Other libraries: MKL's runtime makes its symbols global when it loads (at sciml's first CPU GEMM).
-A library with its own MKL imported after that (PyTorch's is static) binds to this sequential MKL:
-``torch.get_num_threads()`` then reports 1. Import such libraries first, or set
-``SCIML_BLAS=numpy``. (Loading MKL in a private namespace with ``dlmopen`` crashed here.)
+A library with its own MKL imported after that (PyTorch's is static) binds its MKL calls to this
+one (with "split", ``torch.get_num_threads()`` then reports 1). Import such libraries first, or
+set ``SCIML_BLAS=numpy``. (Loading MKL in a private namespace with ``dlmopen`` crashed here.)
 """
 import ctypes
 import glob
@@ -46,7 +48,7 @@ def _candidates():
 
 
 def _mode():
-    m = os.environ.get("SCIML_GEMM_THREADS", "split").strip().lower()
+    m = os.environ.get("SCIML_GEMM_THREADS", "omp").strip().lower()
     if m not in ("split", "omp"):
         raise ValueError(f"SCIML_GEMM_THREADS: expected 'split' or 'omp', got {m!r}")
     return m
