@@ -195,7 +195,12 @@ def jvp(f, primals, tangents, has_aux=False):
             tg[lv] = b
             duals.append(Tensor._make(a._buf, a.shape, a.dtype, a._node, tg))
         args.append(unflatten(pd, duals))
-    res = f(*args)
+    return _split_level(f(*args), lv, has_aux, ())
+
+
+def _split_level(res, lv, has_aux, batch):
+    """(primal out, tangent out[, aux]) of ``f``'s result at forward level ``lv``; missing tangents
+    are zeros of shape ``batch + out.shape``."""
     aux = None
     if has_aux:
         res, aux = res
@@ -204,7 +209,7 @@ def jvp(f, primals, tangents, has_aux=False):
     for o in leaves:
         o = as_tensor(o)
         t = (o._tangents or {}).get(lv)
-        touts.append(zeros(o.shape, o.dtype) if t is None else t)
+        touts.append(zeros(batch + o.shape, o.dtype) if t is None else t)
         outs.append(o._strip(lv) if o._tangents and lv in o._tangents else o)
     r = (unflatten(td, outs), unflatten(td, touts))
     return r + (aux,) if has_aux else r
@@ -314,19 +319,9 @@ def batched_jvp(f, primals, tangents, has_aux=False):
     finally:
         P._batched_levels.pop(lv, None)
         _bcast_cache.clear()
-    aux = None
-    if has_aux:
-        res, aux = res
-    leaves, td = flatten(res)
-    outs, touts = [], []
-    for o in leaves:
-        o = as_tensor(o)
-        t = (o._tangents or {}).get(lv)
-        touts.append(zeros((nb,) + o.shape, o.dtype) if t is None else t)
-        outs.append(o._strip(lv) if o._tangents and lv in o._tangents else o)
+    out = _split_level(res, lv, has_aux, (nb,))
     _last_cost[0] = info[1]
-    r = (unflatten(td, outs), unflatten(td, touts))
-    return r + (aux,) if has_aux else r
+    return out
 
 
 _last_cost = [0]  # elements of tangent output produced per batch column by the last batched_jvp (chunking)
