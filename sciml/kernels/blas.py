@@ -1,6 +1,6 @@
 """CPU dense GEMM through Intel oneMKL's CBLAS, when it is installed (the ``mkl`` wheel).
 
-Measured here (2-core Zen 5, float32, the 8 GEMMs of the W1 step; `python -m benchmarks.bench_blas`):
+Measured here (2 vCPUs, Intel Xeon with AVX-512, float32, the 8 GEMMs of the W1 step; `python -m benchmarks.bench_blas`):
 numpy's bundled OpenBLAS 3.8 ms, MKL 2.6 ms (the same library PyTorch links). Dense
 GEMM is the one place sciml may route around Taichi on CPU; everything else stays a kernel.
 
