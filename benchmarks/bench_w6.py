@@ -5,6 +5,8 @@ torch.optim.LBFGS (strong Wolfe, history 10) and SciPy's L-BFGS-B / Newton-CG, i
 sciml rows:
 - ``sciml/W6_lbfgs_ops``: ``sciml.optim.lbfgs`` (history 10, strong Wolfe), the loss written with
   sciml ops (generic autodiff: ~10 forward + ~20 backward kernel launches per evaluation);
+- ``sciml/W6_lbfgs_sm_fuse``: the same with the elementwise part of the loss in ``sm.fuse`` (one
+  generated kernel forward, one per input backward);
 - ``sciml/W6_lbfgs_fused``: the same optimizer on a loss written as ONE fused Taichi kernel
   primitive (value) whose VJP is one more kernel (gradient): isolates the optimizer's own cost;
 - ``sciml/W6_newton_cg_ops``: ``sciml.optim.newton_cg`` (truncated CG on Hessian-vector products
@@ -38,6 +40,16 @@ def _sm():
 def rosen_ops(sm):
     def f(x):
         return (100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2).sum()
+    return f
+
+
+def rosen_sm_fuse(sm):
+    """The loss with ``sm.fuse`` on the elementwise part: one generated kernel forward, one per
+    input backward (the fused chain's VJP is fused too); the slices and the sum stay ops."""
+    body = sm.fuse(lambda a, b: 100.0 * (b - a * a) ** 2 + (1.0 - a) ** 2)
+
+    def f(x):
+        return body(x[:-1], x[1:]).sum()
     return f
 
 
@@ -90,6 +102,7 @@ def run_sciml(repeat):
     x0 = sm.tensor(PC.rosenbrock_x0())
     res = []
     for name, fn, loss in (("sciml/W6_lbfgs_ops", lbfgs, rosen_ops(sm)),
+                           ("sciml/W6_lbfgs_sm_fuse", lbfgs, rosen_sm_fuse(sm)),
                            ("sciml/W6_lbfgs_fused", lbfgs, rosen_fused(sm)),
                            ("sciml/W6_newton_cg_ops", newton_cg, rosen_ops(sm)),
                            ("sciml/W6_newton_cg_dense_ops", newton_cg, rosen_ops(sm))):

@@ -117,6 +117,11 @@ def main():
     check("fuse tanh(a*b+c)", fz(x, x, x), np.tanh(a * a + a))
     g = sm.grad(lambda u: fz(u, x, 1.0).sum())(x)
     check("grad fused", g, (1 - np.tanh(a.astype(np.float64) ** 2 + 1) ** 2) * a)
+    fz2 = sm.fuse(lambda p, q: sm.tanh(p * q) + sm.relu(q) * p)  # all-array: the backward is fused too
+    g = sm.grad(lambda u: fz2(u, x).sum())(x)
+    a64_ = a.astype(np.float64)
+    check("grad fused backward", g, (1 - np.tanh(a64_ * a64_) ** 2) * a64_ + np.maximum(a64_, 0),
+          rtol=1e-4, atol=1e-4)
 
     # first derivatives (our own rules, built from forward kernels: valid on Vulkan)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)

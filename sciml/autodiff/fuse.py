@@ -120,6 +120,10 @@ def _trace(fn, name, ts, shape):
         if id(node) in seen:
             return seen[id(node)]
         op = node.prim.name
+        if op == "identity":  # a watched input (transforms._watch): the value itself
+            r = visit(node.inputs[0])
+            seen[id(node)] = r
+            return r
         if op not in KF.UNARY and op not in KF.BINARY:
             raise ValueError(NOT_ELEMENTWISE.format(name=name, op=op, ops=", ".join(ops)))
         if node.params:
@@ -153,14 +157,48 @@ def _forward(*ts, fn, key):
 _fused_prim = P.Primitive("fused", _forward)
 
 
+_grad_fns: dict = {}  # (fn, i) -> fused function (g, *ts) -> cotangent of input i, or None if not fusable
+
+
+def _grad_fn(fn, i):
+    """``sciml.fuse`` of the composite's VJP for input i: the backward of an elementwise chain is
+    itself an elementwise chain of (g, *inputs), so it runs as one generated kernel too."""
+    k = (fn, i)
+    if k not in _grad_fns:
+        def vjp_i(g, *ts):
+            from .transforms import _watch
+            with P.enable_grad():
+                ws = [_watch(t) for t in ts]
+                y = fn(*ws)
+                (r,) = B.backward_to([y], [g], [ws[i]._node], create_graph=True)
+            return zeros(g.shape, g.dtype) if r is None else r
+        vjp_i.__name__ = f"{getattr(fn, '__name__', 'fn')}_vjp{i}"
+        _grad_fns[k] = fuse(vjp_i)
+    return _grad_fns[k]
+
+
 @_fused_prim.def_vjp
 def _fused_vjp(g, *ts, out, fn, key):
-    """Cotangents of the unfused composite fn (its primitives' rules, so any order works)."""
+    """Cotangents: one fused kernel per wanted input (the composite's VJP traced and fused, see
+    :func:`_grad_fn`); the unfused composite's rules where that chain is not fusable (scalar
+    arguments, comparisons). Either way the rules are the composite's, so any order works."""
+    mask = [B.needs(i) for i in range(len(ts))]
+    if all(t.shape == g.shape for t in ts) and all(_grad_fns.get((fn, i), True) is not None
+                                                   for i, m in enumerate(mask) if m):
+        try:
+            return tuple(_grad_fn(fn, i)(g, *ts) if m else None for i, m in enumerate(mask))
+        except (ValueError, TypeError):
+            for i, m in enumerate(mask):
+                if m:
+                    _grad_fns[(fn, i)] = None
+    return _fused_vjp_composite(g, *ts, fn=fn, mask=mask)
+
+
+def _fused_vjp_composite(g, *ts, fn, mask):
     from .transforms import _watch
     with P.enable_grad():
         ws = [_watch(t) for t in ts]
         y = fn(*ws)
-    mask = [B.needs(i) for i in range(len(ts))]
     res = B.backward_to([y], [g], [w._node for w, m in zip(ws, mask) if m], create_graph=P.is_grad_enabled())
     it = iter(res)
     return tuple(next(it) if m else None for m in mask)

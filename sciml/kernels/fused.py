@@ -17,7 +17,10 @@ from . import elementwise as E
 
 UNARY = set(E.UNARY)
 BINARY = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "div": "({} / {})",
-          "pow": "ti.pow({}, {})", "maximum": "ti.max({}, {})", "minimum": "ti.min({}, {})"}
+          "pow": "ti.pow({}, {})", "maximum": "ti.max({}, {})", "minimum": "ti.min({}, {})",
+          # derivative products (the VJP/JVP kernels of relu, tanh, sigmoid, square): fused backward chains
+          "relu_grad": "ti.select({1} > 0, {0}, {0} * 0)", "tanh_grad": "({0} * (1 - {1} * {1}))",
+          "sigmoid_grad": "({0} * {1} * (1 - {1}))", "twice_mul": "(2 * {0} * {1})"}
 
 
 def cache_dir() -> str:
