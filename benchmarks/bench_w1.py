@@ -25,7 +25,8 @@ from benchmarks import peers  # noqa: E402
 from benchmarks.peers import common as C  # noqa: E402
 
 
-def sciml_w1_step(seed=0, warmup=5, repeat=30, breakdown=False):
+def _sciml_setup(seed):
+    """W1's inputs, the sciml MLP loaded with them, Adam and the loss's value_and_grad."""
     from sciml.models import MLP, cross_entropy
     from sciml.optim import Adam
     d = C.w1_inputs(seed)
@@ -35,6 +36,11 @@ def sciml_w1_step(seed=0, warmup=5, repeat=30, breakdown=False):
     x, y = sm.tensor(d["x"], "float32"), d["y"].astype(np.int32)
     opt = Adam(net.params(), lr=C.ADAM_LR, betas=(C.ADAM_B1, C.ADAM_B2), eps=C.ADAM_EPS)
     vg = sm.value_and_grad(lambda p: cross_entropy(net.apply(p, x), y))
+    return d, net, opt, vg
+
+
+def sciml_w1_step(seed=0, warmup=5, repeat=30, breakdown=False):
+    d, net, opt, vg = _sciml_setup(seed)
 
     def step():
         loss, grads = vg(net.params())
@@ -76,18 +82,10 @@ def _gemms(d):
 def interleaved(rounds, batch=8):
     """sciml's and torch's W1 steps timed in alternating rounds (best of ``batch`` steps per round,
     median over rounds): both see the same machine load, so the ratio is meaningful on a busy host."""
-    from sciml.models import MLP, cross_entropy
-    from sciml.optim import Adam
     from benchmarks.peers import torch_peers as TP
     import torch
     import torch.nn.functional as F
-    d = C.w1_inputs(0)
-    net = MLP(list(C.W1_SIZES), activation=sm.relu)
-    net.load_state_dict({f"layers.{i}.{k}": v for i, (W, b) in enumerate(d["params"])
-                         for k, v in (("weight", W), ("bias", b))})
-    x, y = sm.tensor(d["x"], "float32"), d["y"].astype(np.int32)
-    opt = Adam(net.params(), lr=C.ADAM_LR, betas=(C.ADAM_B1, C.ADAM_B2), eps=C.ADAM_EPS)
-    vg = sm.value_and_grad(lambda p: cross_entropy(net.apply(p, x), y))
+    d, net, opt, vg = _sciml_setup(0)
 
     def sciml_step():
         opt.step(vg(net.params())[1])

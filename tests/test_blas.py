@@ -9,7 +9,7 @@ from sciml.kernels import blas, linalg
 @pytest.fixture(params=["mkl", "numpy"])
 def which(request, monkeypatch):
     if request.param == "mkl" and not blas.available():
-        pytest.skip("MKL not installed")
+        pytest.skip("MKL not installed (a dependency on Linux x86-64 only; elsewhere numpy's BLAS is used)")
     if request.param == "numpy":
         monkeypatch.setitem(blas._state, "lib", None)
         monkeypatch.setitem(blas._state, "checked", True)
@@ -62,7 +62,7 @@ def test_bad_choice_is_a_clear_error(monkeypatch):
 
 def test_threads_roundtrip():
     if not blas.available():
-        pytest.skip("MKL not installed")
+        pytest.skip("MKL not installed (a dependency on Linux x86-64 only; elsewhere numpy's BLAS is used)")
     before = blas.get_threads()
     blas.set_threads(1)
     assert blas.get_threads() == 1
@@ -78,7 +78,7 @@ def test_matmul_accumulate(backend_, ta, tb, monkeypatch):
     """out += op(a) @ op(b): the second GEMM of matmul2 (JVP of a product of two tangents)."""
     sm.init(arch="cpu")
     if backend_ == "mkl" and not blas.available():
-        pytest.skip("MKL not installed")
+        pytest.skip("MKL not installed (a dependency on Linux x86-64 only; elsewhere numpy's BLAS is used)")
     if backend_ == "numpy":
         monkeypatch.setitem(blas._state, "lib", None)
         monkeypatch.setitem(blas._state, "checked", True)
@@ -100,7 +100,7 @@ def test_large_gemm_split_in_two(shape, ta, tb, accumulate):
     """GEMMs above SPLIT_MIN run as two halves on two threads (MKL "split" mode)."""
     sm.init(arch="cpu")
     if not blas.available():
-        pytest.skip("MKL not installed")
+        pytest.skip("MKL not installed (a dependency on Linux x86-64 only; elsewhere numpy's BLAS is used)")
     m, n, k = shape
     assert m * n * k >= blas.SPLIT_MIN
     rng = np.random.default_rng(m + n)
@@ -121,7 +121,7 @@ def test_large_gemm_split_in_two(shape, ta, tb, accumulate):
 def test_split_mode_in_its_own_process():
     """SCIML_GEMM_THREADS=split (MKL sequential, large GEMMs in two halves): same results."""
     if not blas.available():
-        pytest.skip("MKL not installed")
+        pytest.skip("MKL not installed (a dependency on Linux x86-64 only; elsewhere numpy's BLAS is used)")
     import os
     import subprocess
     import sys

@@ -27,6 +27,8 @@ import glob
 import os
 import sys
 
+from ._common import address as _address
+
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _SEQUENTIAL = 1  # MKL_THREADING_SEQUENTIAL
 SPLIT_MIN = 1 << 22  # m*n*k from which a GEMM is split in two halves on two threads ("split" mode)
@@ -172,7 +174,7 @@ def gemm(a, b, out, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, accu
     f = lib.cblas_sgemm if dtype == "float32" else lib.cblas_dgemm
     TA, TB = _TRANS if ta else _NO_TRANS, _TRANS if tb else _NO_TRANS
     lda, ldb, beta = m if ta else k, k if tb else n, 1.0 if accumulate else 0.0
-    pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
+    pa, pb, pc = _address(a), _address(b), _address(out)  # 0.6 vs 1.6 us each (``_common.address``)
     if _state["mode"] != "split" or m * n * k < SPLIT_MIN or _CORES < 2 or _state["nosplit"]:
         f(_ROW_MAJOR, TA, TB, m, n, k, 1.0, pa, lda, pb, ldb, beta, pc, n)
         return True

@@ -4,8 +4,7 @@ import os
 
 import pytest
 
-pytest.importorskip("sklearn")
-pytest.importorskip("matplotlib")
+pytest.importorskip("sklearn", reason="scikit-learn (digits data): pip install -e '.[examples]'")
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 
 

@@ -5,6 +5,7 @@ import pytest
 import sciml as sm
 from sciml.models import MLP, Parameter
 from sciml.optim import SGD, Adagrad, Adam, AdamW, RMSprop, Optimizer, schedules
+from textbook import textbook  # noqa: E402  (tests/optim is on sys.path: no __init__.py)
 
 RNG = np.random.default_rng(0)
 P0 = [RNG.normal(size=(3, 2)), RNG.normal(size=(2,))]
@@ -24,49 +25,8 @@ def _run(opt_cls, kw, dtype="float64", steps=4):
 
 
 def _ref(kind, kw, steps=4):
-    """Textbook updates in numpy (PyTorch's conventions)."""
-    out = []
-    for p0, gi in zip(P0, zip(*GS[:steps])):
-        p = p0.copy()
-        m = np.zeros_like(p); v = np.zeros_like(p); b = np.zeros_like(p)
-        for t, g in enumerate(gi, start=1):
-            lr = kw.get("lr")
-            wd = kw.get("weight_decay", 0.0)
-            if kind == "sgd":
-                g = g + wd * p
-                mu = kw.get("momentum", 0.0)
-                if mu:
-                    b = g.copy() if t == 1 else mu * b + g
-                    d = g + mu * b if kw.get("nesterov") else b
-                else:
-                    d = g
-                p = p - lr * d
-            elif kind in ("adam", "adamw"):
-                b1, b2 = kw.get("betas", (0.9, 0.999)); eps = kw.get("eps", 1e-8)
-                if kind == "adamw":
-                    p = p * (1 - lr * wd)
-                else:
-                    g = g + wd * p
-                m = b1 * m + (1 - b1) * g
-                v = b2 * v + (1 - b2) * g * g
-                p = p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
-            elif kind == "rmsprop":
-                a = kw.get("alpha", 0.99); eps = kw.get("eps", 1e-8); mu = kw.get("momentum", 0.0)
-                g = g + wd * p
-                v = a * v + (1 - a) * g * g
-                d = g / (np.sqrt(v) + eps)
-                if mu:
-                    b = mu * b + d
-                    d = b
-                p = p - lr * d
-            elif kind == "adagrad":
-                eps = kw.get("eps", 1e-10)
-                g = g + wd * p
-                v = v + g * g
-                p = p - lr * g / (np.sqrt(v) + eps)
-        out.append(p)
-    return out
-
+    """Textbook updates in numpy (PyTorch's conventions), per parameter."""
+    return [textbook(kind, kw, p0, list(gi)) for p0, gi in zip(P0, zip(*GS[:steps]))]
 
 CASES = [
     (SGD, "sgd", dict(lr=0.1)),

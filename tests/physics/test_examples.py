@@ -16,7 +16,6 @@ def _load(name):
 
 @pytest.mark.parametrize("name", ["heat_inverse", "billiards", "mass_spring"])
 def test_example_quick(name, tmp_path):
-    pytest.importorskip("matplotlib")
     out = tmp_path / f"{name}.png"
     result = _load(name).main(["--quick", "--out", str(out)])
     history = result[0] if isinstance(result, tuple) else result
