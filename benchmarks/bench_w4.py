@@ -63,6 +63,9 @@ def w4a(repeat):
     s = peers.timeit_samples(run, 2, repeat)
     out = [peers.make_result("sciml/W4a_hvp_fwd_over_rev", s, hv_norm=float(np.linalg.norm(hv.astype(np.float64))),
                              dtype="float32")]
+    hvp_s, gemm_s, calls = peers.sciml_gemm_share(run, repeat)
+    out.append(peers.make_result("  sciml GEMMs inside the HVP", [gemm_s], calls=calls,
+                                 share=round(gemm_s / hvp_s, 3)))
 
     def run_rr():
         hv = CV.hvp_operator(loss, ps)(v)

@@ -120,6 +120,34 @@ def load_peer(name):
         return None
 
 
+def sciml_gemm_share(fn, repeat=20):
+    """(median seconds per call of ``fn``, median seconds of a call spent in sciml's GEMMs, GEMM calls
+    per call): ``sciml.kernels.linalg.matmul`` is timed while ``fn`` runs ``repeat`` times (after 10
+    warm-up calls)."""
+    from sciml.kernels import linalg as L
+    acc, calls, orig = [0.0], [0], L.matmul
+
+    def timed(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return orig(*a, **k)
+        finally:
+            acc[0] += time.perf_counter() - t0
+            calls[0] += 1
+    for _ in range(10):  # warm: the first steps after a setup run slower (fresh buffers, optimizer state)
+        fn()
+    L.matmul = timed
+    samples, per_call = [], []
+    try:
+        for _ in range(repeat):
+            before = acc[0]
+            samples.append(timeit_samples(fn, 0, 1)[0])
+            per_call.append(acc[0] - before)
+    finally:
+        L.matmul = orig
+    return statistics.median(samples), statistics.median(per_call), calls[0] / repeat
+
+
 # --------------------------------------------------------------------------
 # results
 # --------------------------------------------------------------------------
