@@ -25,7 +25,7 @@ def test_two_output_system_solves_and_plots_every_component(tmp_path):
                  name="system")
     net = MLP([1, 16, 16, 2], activation=sm.tanh, seed=0)
     r = solve(pb, net, points=64, seed=0, verbose=False,
-              stages=[(Adam(lr=1e-2), 200), (LBFGS(history=20, max_iter=50), 300)])
+              stages=[(Adam(lr=1e-2), 200), (LBFGS(history=20, max_iter=50), 1000)])
     assert r.rel_l2 < 1e-3, r.rel_l2
     pred = r.predict(np.array([[np.pi / 2], [0.0]]))
     np.testing.assert_allclose(pred, [[1.0, 0.0], [0.0, 1.0]], atol=5e-3)
