@@ -6,7 +6,7 @@
 from .runtime import ArchUnavailableError, arch, default_dtype, init, manual_seed
 from .autodiff.taichi_bridge import TaichiFunction, taichi_function
 from .autodiff import (Primitive, Tensor, arange, as_tensor, batched_jvp, enable_grad, eye, full, grad, hessian,
-                       hvp, is_grad_enabled, jacfwd, jacrev, jvp, linearize, linspace, no_grad, ones, ones_like, rand,
+                       hvp, is_grad_enabled, jit, JitError, jacfwd, jacrev, jvp, linearize, linspace, no_grad, ones, ones_like, rand,
                        randn, stop_gradient, tensor, tree_leaves, tree_map, tree_structure, value_and_grad, vjp,
                        zeros, zeros_like)
 from .autodiff.ops import (abs, add, astype, broadcast_to, clip, concat, cos, div, dot, equal, exp, floor, gelu,

@@ -13,7 +13,16 @@ from . import runtime
 
 NP_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "bool": np.uint8}
 _TI = {}
+TRACE: list = [None]  # the recorder of sciml.jit while it traces (sciml/autodiff/jit.py), else None
 _meta_cache: dict = {}
+
+
+def traced_random(what: str):
+    """Called where random numbers are drawn: inside a function that sciml.jit traces they would
+    be drawn once and frozen into every replay, so the trace stops with a clear error."""
+    if TRACE[0] is not None:
+        TRACE[0].fail(f"draws random numbers ({what}) inside the function: a replay would repeat the same draw. "
+                      "Draw them outside and pass them in as an argument.")
 
 
 def ti_dtype(dtype: str):
@@ -38,21 +47,32 @@ def on_host() -> bool:
 def empty(n: int, dtype: str):
     """A new flat buffer of ``n`` elements (uninitialised on CPU, zeros on device)."""
     if on_host():
-        return np.empty(n, NP_DTYPES[dtype])
-    ti = runtime.ensure_init()
-    return ti.ndarray(ti_dtype(dtype), max(int(n), 1))
+        buf = np.empty(n, NP_DTYPES[dtype])
+    else:
+        ti = runtime.ensure_init()
+        buf = ti.ndarray(ti_dtype(dtype), max(int(n), 1))
+    if TRACE[0] is not None:
+        TRACE[0].created(buf, "empty")
+    return buf
 
 
 def zeros(n: int, dtype: str):
     if on_host():
-        return np.zeros(n, NP_DTYPES[dtype])
-    return empty(n, dtype)  # device ndarrays start zeroed
+        buf = np.zeros(n, NP_DTYPES[dtype])
+    else:
+        ti = runtime.ensure_init()
+        buf = ti.ndarray(ti_dtype(dtype), max(int(n), 1))  # device ndarrays start zeroed
+    if TRACE[0] is not None:
+        TRACE[0].created(buf, "zeros")
+    return buf
 
 
 def from_numpy(a: np.ndarray, dtype: str):
     """Copy a numpy array (any shape) into a new flat buffer of ``dtype``."""
     flat = np.array(a, dtype=NP_DTYPES[dtype], order="C").reshape(-1)  # always a copy
     if on_host():
+        if TRACE[0] is not None:
+            TRACE[0].created(flat, "const")
         return flat
     ti = runtime.ensure_init()
     buf = ti.ndarray(ti_dtype(dtype), max(flat.size, 1))
@@ -61,12 +81,16 @@ def from_numpy(a: np.ndarray, dtype: str):
             buf.from_numpy(flat)
         else:  # pragma: no cover
             raise AssertionError
+    if TRACE[0] is not None:
+        TRACE[0].created(buf, "const", flat)
     return buf
 
 
 def to_numpy(buf, shape, dtype: str) -> np.ndarray:
     """A numpy array with the buffer's contents (a read-only view on CPU, a copy on device)."""
     n = int(np.prod(shape, dtype=np.int64))
+    if TRACE[0] is not None:
+        TRACE[0].host_read(buf)
     if isinstance(buf, np.ndarray):
         a = buf[:n].reshape(shape)
     else:

@@ -317,6 +317,8 @@ def eye(n, m=None, dtype=None) -> Tensor:
 
 
 def _gen(seed):
+    if seed is None:
+        backend.traced_random("sciml.rand/randn from the default stream")
     return runtime.default_rng() if seed is None else np.random.default_rng(seed)
 
 

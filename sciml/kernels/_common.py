@@ -11,6 +11,16 @@ CHEAP = 1  # cost of a load/store-bound op (add, mul, relu, copy, gather)
 BLOCK = 64  # elements per parallel iteration on CPU (one wake-up per row, not per element)
 
 _cache: dict = {}
+TRACE = backend.TRACE  # [recorder or None]: set while sciml.jit traces a function
+
+
+def host_call(fn, *args):
+    """Run ``fn(*args)``, a computation on buffers outside Taichi (the CPU BLAS): while sciml.jit
+    traces, the call is recorded so that a replay runs it again."""
+    t = TRACE[0]
+    if t is not None:
+        return t.host(fn, args)
+    return fn(*args)
 
 
 def cached(key, build):
@@ -34,27 +44,52 @@ class FastLaunch:
     pass the same kinds of values (sciml's buffers always do: numpy arrays on CPU, ti.ndarrays on
     devices). ``SCIML_SAFE_LAUNCH=1`` disables the fast path (for debugging).
     """
-    __slots__ = ("kernel", "fast", "__weakref__")
+    __slots__ = ("kernel", "fast", "spec", "__weakref__")
 
     def __init__(self, kernel):
         self.kernel = kernel
         self.fast = None
+        self.spec = None  # (make_context, launch, compiled kernel, argument kinds) once fast
 
     def __call__(self, *args):
+        if TRACE[0] is not None:  # sciml.jit is recording: it runs the launch and keeps it
+            return TRACE[0].launch(self, args)
         f = self.fast
         if f is not None:
             return f(*args)
         r = self.kernel(*args)
         if self.fast is None:
-            self.fast = _make_fast(self.kernel, args) or self.kernel
+            self.fast = _make_fast(self, args) or self.kernel
         return r
+
+    def context(self, args):
+        """A launch context of the compiled kernel with ``args`` set (``spec`` must exist): launching
+        it again with ``spec[1](spec[2], ctx)`` costs ~1.5 us here against ~9 us for a fast call.
+        The context keeps raw addresses: the caller keeps the arrays alive."""
+        mk, _, _, kinds = self.spec
+        c = mk()
+        for i, (k, v) in enumerate(zip(kinds, args)):
+            set_arg(c, i, k, v)
+        return c
 
     @property
     def grad(self):
         return self.kernel.grad
 
 
-def _make_fast(kernel, args):
+def set_arg(c, i, kind, v):
+    """Set argument ``i`` of launch context ``c``: kind 'e' numpy array, 'n' ti.ndarray, 'f' float, 'i' int."""
+    if kind == "e":
+        c.set_arg_external_array_with_shape((i,), address(v), v.nbytes, v.shape, 0)
+    elif kind == "n":
+        c.set_arg_ndarray((i,), v.arr)
+    elif kind == "f":
+        c.set_arg_float((i,), float(v))
+    else:
+        c.set_arg_int((i,), int(v))
+
+
+def _make_fast(fl, args):
     import os
 
     import numpy as np
@@ -66,9 +101,11 @@ def _make_fast(kernel, args):
         from taichi.lang.util import cook_dtype
         from taichi.types import ndarray_type, primitive_types
         from taichi.types.utils import is_signed
+        kernel = fl.kernel
         prim = kernel._primal
         if prim.return_type is not None or prim.has_print or len(prim.arguments) != len(args):
             return None
+        kinds = []
         lines, checks, env = [], [], {"ndarray": np.ndarray, "Ndarray": Ndarray, "slow": kernel, "address": address}
         for i, (a, v) in enumerate(zip(prim.arguments, args)):
             ann = a.annotation
@@ -81,16 +118,20 @@ def _make_fast(kernel, args):
                                   f"or not a{i}.flags.c_contiguous")
                     lines.append(f"    c.set_arg_external_array_with_shape(({i},), address(a{i}), a{i}.nbytes, "
                                  f"a{i}.shape, 0)")
+                    kinds.append("e")
                 elif isinstance(v, Ndarray) and v.grad is None:
                     env[f"d{i}"] = v.dtype
                     checks.append(f"not isinstance(a{i}, Ndarray) or a{i}.dtype != d{i}")
                     lines.append(f"    c.set_arg_ndarray(({i},), a{i}.arr)")
+                    kinds.append("n")
                 else:
                     return None
             elif id(ann) in primitive_types.real_type_ids:
                 lines.append(f"    c.set_arg_float(({i},), float(a{i}))")
+                kinds.append("f")
             elif id(ann) in primitive_types.integer_type_ids and is_signed(cook_dtype(ann)):
                 lines.append(f"    c.set_arg_int(({i},), int(a{i}))")
+                kinds.append("i")
             else:
                 return None
         key = prim.ensure_compiled(*args)
@@ -103,6 +144,7 @@ def _make_fast(kernel, args):
         src = (f"def fast({names}):\n    if {guard}:\n        return slow({names})\n    c = mk()\n"
                + "\n".join(lines) + "\n    launch(ckd, c)\n")
         exec(src, env)  # noqa: S102 - generated from the kernel's own annotations
+        fl.spec = (tk.make_launch_context, prog.launch_kernel, env["ckd"], tuple(kinds))
         return env["fast"]
     except Exception as e:  # pragma: no cover - another Taichi version: keep Taichi's own call
         import warnings

@@ -23,30 +23,7 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
     if use_blas is None:
         use_blas = backend.on_host()
     if use_blas:
-        if _blas.mkl() is not None and dtype in ("float32", "float64") and m * n * k > 0 \
-                and (batch <= 16 or m * n * k >= 1 << 15):  # many tiny GEMMs: numpy's batched loop
-            mk, kn, mn = m * k, k * n, m * n
-            for i in range(batch):
-                _blas.gemm(a[i * mk:(i + 1) * mk], b[i * kn:(i + 1) * kn], out[i * mn:(i + 1) * mn], m, n, k,
-                           ta, tb, dtype, accumulate)
-            return
-        if accumulate:
-            tmp = np.empty(batch * m * n, out.dtype)
-            matmul(a, b, tmp, batch, m, n, k, ta, tb, dtype, True)
-            out[: batch * m * n] += tmp
-            return
-        if batch == 1:  # 2-D views: numpy's plain GEMM path (a batch of 1 goes through the slower loop)
-            A = a[: m * k].reshape((k, m) if ta else (m, k))
-            B = b[: k * n].reshape((n, k) if tb else (k, n))
-            np.matmul(A.T if ta else A, B.T if tb else B, out=out[: m * n].reshape(m, n))
-            return
-        A = a[: batch * m * k].reshape((batch, k, m) if ta else (batch, m, k))
-        B = b[: batch * k * n].reshape((batch, n, k) if tb else (batch, k, n))
-        if ta:
-            A = A.transpose(0, 2, 1)
-        if tb:
-            B = B.transpose(0, 2, 1)
-        np.matmul(A, B, out=out[: batch * m * n].reshape(batch, m, n))
+        C.host_call(_host_matmul, a, b, out, batch, m, n, k, ta, tb, dtype, accumulate)
         return
     kern = C.cached(("gemm_nt", dtype), lambda: _build(dtype))
     # the kernel wants A as (m, k) and B as (n, k), both row-major ("B transposed": both operands
@@ -58,6 +35,34 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
     step = k if backend.on_host() else DEVICE_MAX_K  # one invocation per tile must stay short on devices
     for k0 in range(0, k, step):
         kern(a, b, out, batch, m, n, k, k0, min(k0 + step, k), int(accumulate or k0 > 0))
+
+
+def _host_matmul(a, b, out, batch, m, n, k, ta, tb, dtype, accumulate):
+    """The CPU BLAS GEMM (MKL, else numpy's matmul) on flat host buffers."""
+    if _blas.mkl() is not None and dtype in ("float32", "float64") and m * n * k > 0 \
+            and (batch <= 16 or m * n * k >= 1 << 15):  # many tiny GEMMs: numpy's batched loop
+        mk, kn, mn = m * k, k * n, m * n
+        for i in range(batch):
+            _blas.gemm(a[i * mk:(i + 1) * mk], b[i * kn:(i + 1) * kn], out[i * mn:(i + 1) * mn], m, n, k,
+                       ta, tb, dtype, accumulate)
+        return
+    if accumulate:
+        tmp = np.empty(batch * m * n, out.dtype)
+        _host_matmul(a, b, tmp, batch, m, n, k, ta, tb, dtype, False)
+        out[: batch * m * n] += tmp
+        return
+    if batch == 1:  # 2-D views: numpy's plain GEMM path (a batch of 1 goes through the slower loop)
+        A = a[: m * k].reshape((k, m) if ta else (m, k))
+        B = b[: k * n].reshape((n, k) if tb else (k, n))
+        np.matmul(A.T if ta else A, B.T if tb else B, out=out[: m * n].reshape(m, n))
+        return
+    A = a[: batch * m * k].reshape((batch, k, m) if ta else (batch, m, k))
+    B = b[: batch * k * n].reshape((batch, n, k) if tb else (batch, k, n))
+    if ta:
+        A = A.transpose(0, 2, 1)
+    if tb:
+        B = B.transpose(0, 2, 1)
+    np.matmul(A, B, out=out[: batch * m * n].reshape(batch, m, n))
 
 
 def _transpose(x, batch: int, rows: int, cols: int, dtype: str):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import backend
+
 from ..autodiff.ops import mean, sqrt, take
 from ..autodiff.primitive import no_grad
 from ..autodiff.tensor import Tensor, as_tensor, tensor
@@ -153,6 +155,7 @@ class Dropout(Module):
     def forward(self, x):
         if not self.training or self.p == 0:
             return as_tensor(x)
+        backend.traced_random("Dropout in training mode")
         saved = self.rng_state.numpy()
         if not np.array_equal(saved, self._words):  # a state dict was loaded: continue from its position
             _set_rng_words(self._rng, saved)
