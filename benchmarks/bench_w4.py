@@ -3,7 +3,8 @@ cross-entropy, batch 256, float32); (b) the full Hessian of a 1-16-16-1 tanh MLP
 (321 parameters, 64 points, float32). sciml vs PyTorch (double backward, torch.func) and JAX,
 same process, seeded inputs from ``benchmarks/peers/common.py``.
 
-sciml: (a) ``sciml.autodiff.curvature.hvp`` (forward over reverse: JVP rules through the
+sciml: the first row of each part is the same computation under ``sciml.jit`` (traced once, then
+its kernel launches and BLAS calls replayed without Python); then (a) ``sciml.autodiff.curvature.hvp`` (forward over reverse: JVP rules through the
 backward pass) and ``hvp_operator`` (reverse over reverse, graph recording included);
 (b) ``sciml.autodiff.curvature.hessian_dense`` and ``sciml.hessian`` (both forward over reverse with
 batched tangents: all 321 basis vectors in one pass), and for comparison the per-basis-vector paths
@@ -60,9 +61,14 @@ def w4a(repeat):
         hv = CV.hvp(loss, ps, v)
         return [h.numpy() for h in hv[-1:]]  # block on the result
     hv = np.concatenate([h.numpy().ravel() for h in CV.hvp(loss, ps, v)])
+    hvp_jit = sm.jit(lambda p, t: CV.hvp(loss, p, t), fallback=False)  # traced once, replayed (sciml.jit)
+    hvj = np.concatenate([h.numpy().ravel() for h in hvp_jit(ps, v)])
+    s = peers.timeit_samples(lambda: [h.numpy() for h in hvp_jit(ps, v)[-1:]], 2, repeat)
+    out = [peers.make_result("sciml/W4a_hvp_jit", s, hv_norm=float(np.linalg.norm(hvj.astype(np.float64))),
+                             max_diff_vs_eager=float(np.abs(hvj - hv).max()), dtype="float32")]
     s = peers.timeit_samples(run, 2, repeat)
-    out = [peers.make_result("sciml/W4a_hvp_fwd_over_rev", s, hv_norm=float(np.linalg.norm(hv.astype(np.float64))),
-                             dtype="float32")]
+    out.append(peers.make_result("sciml/W4a_hvp_fwd_over_rev", s,
+                                 hv_norm=float(np.linalg.norm(hv.astype(np.float64))), dtype="float32"))
     hvp_s, gemm_s, calls = peers.sciml_gemm_share(run, repeat)
     out.append(peers.make_result("  sciml GEMMs inside the HVP", [gemm_s], calls=calls,
                                  share=round(gemm_s / hvp_s, 3)))
@@ -96,8 +102,13 @@ def w4b(repeat, fast=False):
         return (e * e).mean()
 
     H = CV.hessian_dense(loss_flat, theta).numpy().astype(np.float64)
+    hess_jit = sm.jit(sm.hessian(loss_flat), fallback=False)  # traced once, replayed (sciml.jit)
+    Hj = hess_jit(theta).numpy().astype(np.float64)
+    s = peers.timeit_samples(lambda: hess_jit(theta).numpy(), 3, repeat)
+    out = [peers.make_result("sciml/W4b_hessian_jit", s, n_params=theta.size, max_diff_vs_eager=float(np.abs(Hj - H).max()),
+                             dtype="float32")]
     s = peers.timeit_samples(lambda: CV.hessian_dense(loss_flat, theta).numpy(), 3, repeat)
-    out = [peers.make_result("sciml/W4b_hessian_dense_batched", s, n_params=theta.size,
+    out += [peers.make_result("sciml/W4b_hessian_dense_batched", s, n_params=theta.size,
                              hess_fro=float(np.linalg.norm(H)), hess_asym=float(np.abs(H - H.T).max()),
                              dtype="float32")]
     s = peers.timeit_samples(lambda: sm.hessian(loss_flat)(theta).numpy(), 3, repeat)

@@ -75,6 +75,15 @@ class _Recorder:
         self.steps.append(("k", fl, args))
         return r
 
+    def vec_launch(self, vl, arrays, ptrs, counts, scalars):
+        TRACE[0] = None
+        try:
+            r = vl(arrays, ptrs, counts, scalars)
+        finally:
+            TRACE[0] = self
+        self.steps.append(("v", vl, (list(arrays), list(ptrs), list(counts), list(scalars))))
+        return r
+
     def host(self, fn, args):
         TRACE[0] = None
         try:
@@ -160,6 +169,21 @@ class _Plan:
             for init in inits.get(idx, ()):
                 prog.append(init[0])
                 binds.extend(init[1])
+            if kind == "v":  # a 16-byte vector kernel (kernels/_vec.py): raw aligned addresses
+                arrays, ptrs, counts, scalars = args
+                keep.append(args)
+                if fn.spec is None:
+                    raise JitError("a vector kernel launched without its fast path (SCIML_SAFE_LAUNCH) cannot be "
+                                   "replayed.")
+                context, launch, ckd, aidx, unit = fn.spec
+                ctx = context(ptrs, counts, scalars)
+                prog.append((launch, (ckd, ctx)))
+                for i, a in enumerate(arrays):
+                    r = _root(a)
+                    if id(r) in slot_of:
+                        binds.append(("vec", ctx, aidx[i], (counts[i] * unit[i], counts[i]), slot_of[id(r)],
+                                      ptrs[i] - C.address(r), None))
+                continue
             dyn = [(i, a) for i, a in enumerate(args) if _is_buf(a) and id(_root(a)) in slot_of]
             keep.append(args)
             if kind == "k" and fn.spec is not None:
@@ -180,7 +204,7 @@ class _Plan:
             binds.extend(init[1])
         self.prog, self.binds, self._keep = prog, binds, keep
         self.on_host = on_host
-        self.n_kernels = sum(1 for k, f, _ in rec.steps if k == "k" and f.spec is not None)
+        self.n_kernels = sum(1 for k, f, _ in rec.steps if k == "v" or (k == "k" and f.spec is not None))
         self.n_calls = len(rec.steps) - self.n_kernels
 
     @staticmethod
@@ -207,6 +231,14 @@ class _Plan:
             slots.append(backend.empty(n, dt) if not self.on_host else np.empty(n, root.dtype))
         views = {}
         for kind, target, i, argkind, slot, off, n in self.binds:
+            if kind == "vec":  # byte offset into the slot; vector loads need 16-byte alignment
+                p = C.address(slots[slot]) + off
+                if p & 15:
+                    slots[slot] = base = np.array(slots[slot])  # an aligned copy (numpy aligns new arrays)
+                    views.clear()
+                    p = C.address(base) + off
+                target.set_arg_external_array_with_shape(i, p, argkind[0], (argkind[1],), 0)
+                continue
             key = (slot, off, n)
             a = views.get(key)
             if a is None:

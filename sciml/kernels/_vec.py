@@ -37,15 +37,17 @@ class VecLaunch:
     array ``i`` is passed as ``counts[i]`` elements of its ndarray type (vectors of ``lanes``, or
     scalars where ``lanes`` is 1: ``lanes`` is one int or one per array) starting at ``ptrs[i]``;
     ``scalars`` (the remaining kernel arguments) follow."""
-    __slots__ = ("kernel", "fast", "lanes")
+    __slots__ = ("kernel", "fast", "lanes", "spec")
 
     def __init__(self, kernel, lanes):
-        self.kernel, self.fast, self.lanes = kernel, None, lanes
+        self.kernel, self.fast, self.lanes, self.spec = kernel, None, lanes, None
 
     def _lanes(self, n):
         return [self.lanes] * n if isinstance(self.lanes, int) else list(self.lanes)
 
     def __call__(self, arrays, ptrs, counts, scalars):
+        if C.TRACE[0] is not None:  # sciml.jit is recording
+            return C.TRACE[0].vec_launch(self, arrays, ptrs, counts, scalars)
         if self.fast is not None:
             return self.fast(ptrs, counts, scalars)
         views = [a[:c * L].reshape(c, L) if L > 1 else a[:c]
@@ -76,7 +78,7 @@ class VecLaunch:
         aidx = [(i,) for i in range(na)]
         sidx = [((na + j,), bool(t)) for j, t in enumerate(is_int)]
 
-        def fast(ptrs, counts, scalars):
+        def context(ptrs, counts, scalars):
             c = mk()
             for i, p in enumerate(ptrs):
                 n = counts[i]
@@ -86,7 +88,12 @@ class VecLaunch:
                     c.set_arg_int(ix, int(s))
                 else:
                     c.set_arg_float(ix, float(s))
-            launch(ckd, c)
+            return c
+
+        def fast(ptrs, counts, scalars):
+            launch(ckd, context(ptrs, counts, scalars))
+        # for sciml.jit: a context built once and relaunched; array i rebinds through aidx[i], unit[i]
+        self.spec = (context, launch, ckd, aidx, unit)
         return fast
 
 

@@ -444,7 +444,7 @@ def _unary_lanes(op, x, out, n, dtype, serial):
     L = V.LANES[dtype]
     m = n // L
     k = V.cached(("unary_lanes", op, dtype, serial), lambda: _build_unary_lanes(op, dtype, serial), L)
-    if k.fast is not None:
+    if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
         k.fast((px, po), (m, m), (m,))
     else:
         k((x, out), (px, po), (m, m), (m,))
@@ -490,7 +490,7 @@ def _binary_lanes(op, mode, x, y, out, n, dtype, serial):
     if nf:
         ptrs.insert(0, C.address(front[0]))
     counts = (1,) * nf + (m,) * nv
-    if k.fast is not None:
+    if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
         k.fast(ptrs, counts, (m,))
     else:
         k(front + full, ptrs, counts, (m,))

@@ -99,7 +99,7 @@ def _sum_lanes(x, out, outer, r, inner, dtype, serial):
     iv = inner // L
     k = V.cached(("reduce_sum_lanes", dtype, serial), lambda: _build_sum_lanes(dtype, serial), L)
     counts = (outer * r * iv, outer * iv)
-    if k.fast is not None:
+    if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
         k.fast(ptrs, counts, (outer, r, iv))
     else:
         k((x, out), ptrs, counts, (outer, r, iv))

@@ -120,7 +120,7 @@ def _suffix_lanes(op, x, y, out, rows, inner, x_full, dtype, serial):
     k = V.cached(("rows_binary_lanes", op, dtype, x_full, serial),
                  lambda: _build_binary_lanes(op, dtype, x_full, serial), L)
     counts = (small, iv, small) if x_full else (iv, small, small)
-    if k.fast is not None:
+    if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
         k.fast(ptrs, counts, (rows, iv))
     else:
         k((x, y, out), ptrs, counts, (rows, iv))
@@ -231,7 +231,7 @@ def _general_lanes(op, x, y, out, n, inner, ax, ay, meta, dtype, serial):
                  lambda: _build_general_lanes(op, dtype, serial, vx, vy), (L if vx else 1, L if vy else 1, L, 1))
     counts = (x.size // L if vx else x.size, y.size // L if vy else y.size, n // L, len(meta))
     ptrs.append(C.address(meta))
-    if k.fast is not None:
+    if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
         k.fast(ptrs, counts, (n // inner, inner // L))
     else:
         k((x, y, out, meta), ptrs, counts, (n // inner, inner // L))
@@ -318,7 +318,7 @@ def pair_sum(op1: str, op2: str, a, p, q, c, out, rows: int, inner: int, dtype: 
             full = rows * iv
             k = V.cached(("rows_pair_lanes", op1, op2, dtype, serial),
                          lambda: _build_pair(op1, op2, dtype, serial, L), L)
-            if k.fast is not None:
+            if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
                 k.fast(ptrs, (full, iv, iv, full, full), (rows, iv))
             else:
                 k((a, p, q, c, out), ptrs, (full, iv, iv, full, full), (rows, iv))
