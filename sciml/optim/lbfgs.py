@@ -74,7 +74,7 @@ def _check_options(where, history, max_iter, max_eval, gtol, ftol, xtol, lr, c1,
 
 
 def lbfgs(loss_fn, params, *, history=10, max_iter=1000, max_eval=None, gtol=1e-7, ftol=1e-12, xtol=1e-12,
-          lr=1.0, c1=1e-4, c2=0.9, max_ls=25, callback=None):
+          lr=1.0, c1=1e-4, c2=0.9, max_ls=25, callback=None, jit=False):
     """Minimise ``loss_fn(params)`` by L-BFGS with a strong-Wolfe line search.
 
     Args:
@@ -89,6 +89,9 @@ def lbfgs(loss_fn, params, *, history=10, max_iter=1000, max_eval=None, gtol=1e-
         c1, c2: strong-Wolfe constants.
         max_ls: evaluations per line search.
         callback: ``callback(IterInfo)`` after each iteration; return True to stop.
+        jit: evaluate the loss and gradient through :func:`sciml.jit` (traced once, then replayed
+            without Python per op: 2-3x less wall time on small problems). ``loss_fn`` must then be
+            traceable (no host reads or random draws inside; it warns and runs eagerly otherwise).
     Returns:
         :class:`~sciml.optim.result.Result`; ``result.params`` is a pytree shaped like ``params``.
     Raises:
@@ -100,7 +103,7 @@ def lbfgs(loss_fn, params, *, history=10, max_iter=1000, max_eval=None, gtol=1e-
         >>> r.params    # ~ Tensor([1., 1.])
     """
     opts = _options("lbfgs", history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls)
-    prob = Flat(loss_fn, params, "lbfgs")
+    prob = Flat(loss_fn, params, "lbfgs", jit=jit)
     return _run(prob, opts, callback, None)[0]
 
 
@@ -284,9 +287,10 @@ class LBFGS(CurvatureOptimizer):
     """
 
     def __init__(self, params=None, *, history=10, max_iter=20, max_eval=None, gtol=1e-7, ftol=1e-12,
-                 xtol=1e-12, lr=1.0, c1=1e-4, c2=0.9, max_ls=25, callback=None):
+                 xtol=1e-12, lr=1.0, c1=1e-4, c2=0.9, max_ls=25, callback=None, jit=False):
         self._opts = _options("LBFGS", history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls)
         self._callback = callback
+        self._jit, self._jit_cache = bool(jit), {}
         self._hist = None
         super().__init__(params)
 
@@ -295,7 +299,7 @@ class LBFGS(CurvatureOptimizer):
         self._hist = None
 
     def _minimize(self, loss_fn, values):
-        prob = Flat(loss_fn, values, "LBFGS.step")
+        prob = Flat(loss_fn, values, "LBFGS.step", jit=self._jit, jit_cache=self._jit_cache)
         res, self._hist = _run(prob, self._opts, self._callback, self._hist)
         return res
 

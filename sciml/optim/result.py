@@ -147,7 +147,7 @@ class Flat:
     Counts evaluations (``nfev``, ``ngev``, ``nhvp``). Buffers passed in are never written.
     """
 
-    def __init__(self, loss_fn, params, where: str):
+    def __init__(self, loss_fn, params, where: str, jit: bool = False, jit_cache=None):
         if not callable(loss_fn):
             raise TypeError(f"{where}: loss_fn must be callable (params -> scalar Tensor); got "
                             f"{type(loss_fn).__name__}.")
@@ -175,6 +175,16 @@ class Flat:
         self.x0 = self.cat([l.detach() for l in leaves])
         if self.x0 is leaves[0]._buf:  # never alias the caller's buffer
             self.x0 = self.copy(self.x0)
+        self._jvg = None
+        if jit:  # value_and_grad traced once and replayed (sciml.jit); shells keep it across steps
+            from ..autodiff.jit import jit as _jit
+            key = (loss_fn, tuple(self.shapes), self.dtype, repr(self.treedef))
+            if jit_cache is not None and jit_cache.get("key") == key:
+                self._jvg = jit_cache["fn"]
+            else:
+                self._jvg = _jit(self._value_and_grad_flat)
+                if jit_cache is not None:
+                    jit_cache.update(key=key, fn=self._jvg)
 
     # --- buffers <-> pytrees ------------------------------------------------------------
     def copy(self, buf):
@@ -229,14 +239,27 @@ class Flat:
         self.nfev += 1
         return _finite_or_inf(float(v))
 
+    def _value_and_grad_flat(self, x):
+        v, g = self._value_and_grad(x._buf)
+        return v, self.tensor(g)
+
     def value_and_grad(self, buf):
         """(loss as a float, gradient as a flat buffer)."""
+        if self._jvg is not None:
+            v, g = self._jvg(self.tensor(buf))
+            self.nfev += 1
+            self.ngev += 1
+            return float(v), g._buf
+        v, g = self._value_and_grad(buf)
+        self.nfev += 1
+        self.ngev += 1
+        return float(v), g
+
+    def _value_and_grad(self, buf):
         from ..autodiff import value_and_grad
         leaves = self.leaves(buf)
         v, gs = value_and_grad(self._f, argnums=tuple(range(len(leaves))))(*leaves)
-        self.nfev += 1
-        self.ngev += 1
-        return float(v), self.cat(list(gs))
+        return v, self.cat(list(gs))
 
     def hvp(self, buf, vbuf):
         """(gradient, Hessian @ v) as flat buffers, by forward over reverse (JVP of value_and_grad;
