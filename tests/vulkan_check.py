@@ -159,6 +159,21 @@ def main():
     _, hv = sm.hvp(lambda u: (sm.sin(u) * u).sum(), (t(xv),), (v,))
     check("hvp", hv[0], np.diag(2 * np.cos(xv) - xv * np.sin(xv)) @ np.array([0.5, -1.0]), rtol=1e-5, atol=1e-6)
 
+    # sciml.jit on the device: the replay (device ndarrays rebound per call) equals eager calls
+    f = lambda u, w: (sm.tanh(u @ w) * u.sum()).sum()  # noqa: E731
+    vg = sm.value_and_grad(f, argnums=(0, 1))
+    j = sm.jit(vg, fallback=False)
+    W = rng.standard_normal((7, 3)).astype(np.float32)
+    j(x, t(W))
+    for s in range(2):
+        xs, Ws = t(rng.standard_normal((5, 7))), t(rng.standard_normal((7, 3)))
+        (lj, (gj0, gj1)), (le, (ge0, ge1)) = j(xs, Ws), vg(xs, Ws)
+        check(f"jit value {s}", lj, le.numpy())
+        check(f"jit grad x {s}", gj0, ge0.numpy())
+        check(f"jit grad W {s}", gj1, ge1.numpy())
+    if j.stats != {"traces": 1, "replays": 2, "eager": 0}:
+        failures.append(f"jit stats on vulkan: {j.stats}")
+
     # fused in-place optimizer kernels (the scalar device kernels; tests/optim covers the CPU paths)
     _check_optimizers(rng)
 
