@@ -5,7 +5,7 @@ softmax cross-entropy, batch 256, float32 — sciml vs PyTorch (eager) and JAX (
     python benchmarks/bench_w1.py [--repeat 30] [--json out.json] [--breakdown]
     python benchmarks/bench_w1.py --interleaved 15    # sciml vs torch, alternating rounds (shared machines)
 
-sciml's step: ``value_and_grad`` of ``cross_entropy(net.apply(params, x), y)`` over ``net.params()``
+sciml's step: ``sciml.jit(value_and_grad(...))`` (``--eager``: without jit) of ``cross_entropy(net.apply(params, x), y)`` over ``net.params()``
 (each hidden layer = one BLAS GEMM + one fused bias+ReLU Taichi kernel; the loss one fused softmax
 cross-entropy kernel; their adjoints one kernel each) and ``Adam.step`` (one fused in-place Taichi
 kernel per parameter).
@@ -25,8 +25,12 @@ from benchmarks import peers  # noqa: E402
 from benchmarks.peers import common as C  # noqa: E402
 
 
+_JIT = [True]  # --eager turns it off
+
+
 def _sciml_setup(seed):
-    """W1's inputs, the sciml MLP loaded with them, Adam and the loss's value_and_grad."""
+    """W1's inputs, the sciml MLP loaded with them, Adam and the loss's value_and_grad (under
+    ``sciml.jit`` unless --eager: traced once, its kernels and GEMMs replayed without Python)."""
     from sciml.models import MLP, cross_entropy
     from sciml.optim import Adam
     d = C.w1_inputs(seed)
@@ -36,6 +40,8 @@ def _sciml_setup(seed):
     x, y = sm.tensor(d["x"], "float32"), d["y"].astype(np.int32)
     opt = Adam(net.params(), lr=C.ADAM_LR, betas=(C.ADAM_B1, C.ADAM_B2), eps=C.ADAM_EPS)
     vg = sm.value_and_grad(lambda p: cross_entropy(net.apply(p, x), y))
+    if _JIT[0]:
+        vg = sm.jit(vg, fallback=False)
     return d, net, opt, vg
 
 
@@ -135,7 +141,9 @@ def main(argv=None):
                     help="only time sciml vs torch in alternating rounds (fair on a loaded machine)")
     ap.add_argument("--blas-threads", type=int, default=None,
                     help="limit numpy's BLAS threads (threadpoolctl) for sciml's run; default: as configured")
+    ap.add_argument("--eager", action="store_true", help="sciml's value_and_grad without sciml.jit")
     args = ap.parse_args(argv)
+    _JIT[0] = not args.eager
     sm.init(dtype="float32")
     if args.interleaved:
         return interleaved(args.interleaved)
