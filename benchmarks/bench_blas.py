@@ -2,7 +2,8 @@
 
 (1) The 8 GEMMs of one W1 training step (MLP 784-512-512-10, batch 256, float32: forward,
 weight gradients and input gradients, with the transposes the backward uses) through
-``sciml.kernels.linalg.matmul`` with MKL (``kernels/blas.py``) and with numpy's BLAS, plus
+``sciml.kernels.linalg.matmul`` with MKL and numpy's OpenBLAS through ctypes (``kernels/blas.py``;
+whichever is installed) and with numpy's matmul, plus
 PyTorch's ``@`` on the same arrays when torch is installed.
 (2) A cheap elementwise op (relu) and a transcendental one (tanh) through sciml at sizes around
 the serial/parallel switch of ``kernels._common.launch_mode``, each forced serial and forced
@@ -30,7 +31,7 @@ W1_GEMMS = [(B, 512, 784, False, False), (B, 512, 512, False, False), (B, 10, 51
             (B, 512, 512, False, True), (784, 512, B, True, False)]
 
 
-def gemm_rows(repeat):
+def gemm_rows(repeat, rounds=5):
     import sciml as sm
     from sciml.kernels import blas, linalg
     sm.init(arch="cpu", dtype="float32")
@@ -42,18 +43,11 @@ def gemm_rows(repeat):
     def run():
         for a, b, o, m, n, k, ta, tb in bufs:
             linalg.matmul(a, b, o, 1, m, n, k, ta, tb, "float32", True)
-    res = []
-    backends = [("mkl", blas._state["lib"] if blas.available() else None), ("numpy", None)]
-    for name, lib in backends:
-        if name == "mkl" and lib is None:
-            continue
-        saved = dict(blas._state)
-        blas._state.update(lib=lib, checked=True)
-        try:
-            s = peers.timeit_samples(run, 5, repeat)
-        finally:
-            blas._state.update(saved)
-        res.append(peers.make_result(f"sciml/W1_gemms_{name}", s, gflops=flops / np.median(s) / 1e9))
+    blas.lib()  # the selection first (SCIML_BLAS), so that loading the others below does not change it
+    cases = []  # (row name, function to time, the blas library to select or "none")
+    for name, lib in (("mkl", blas.load("mkl")), ("openblas", blas.load("openblas")), ("numpy", None)):
+        if name == "numpy" or lib is not None:
+            cases.append((f"sciml/W1_gemms_{name}", run, lib))
     if peers.available("torch"):
         import torch
         ts = []
@@ -65,9 +59,19 @@ def gemm_rows(repeat):
         def trun():
             for A, Bm in ts:
                 A @ Bm
-        s = peers.timeit_samples(trun, 5, repeat)
-        res.append(peers.make_result("torch/W1_gemms", s, gflops=flops / np.median(s) / 1e9))
-    return res
+        cases.append(("torch/W1_gemms", trun, "none"))
+    samples = {name: [] for name, _, _ in cases}
+    for _ in range(rounds):  # interleaved rounds: every backend sees the same machine load
+        for name, fn, lib in cases:
+            saved = dict(blas._state)
+            if lib != "none":
+                blas._state.update(lib=lib, checked=True)
+            try:
+                samples[name] += peers.timeit_samples(fn, 3, max(1, repeat // rounds))
+            finally:
+                blas._state.update(saved)
+    return [peers.make_result(name, samples[name], gflops=flops / np.median(samples[name]) / 1e9)
+            for name, _, _ in cases]
 
 
 def launch_rows(repeat):

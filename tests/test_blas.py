@@ -1,4 +1,5 @@
-"""CPU GEMM dispatch: MKL's CBLAS (when installed) and numpy's BLAS give numpy's answer."""
+"""CPU GEMM dispatch: MKL's and numpy's OpenBLAS's CBLAS via ctypes (when found) and numpy's matmul
+give numpy's answer; the SCIML_BLAS / CPU-vendor selection."""
 import numpy as np
 import pytest
 
@@ -6,14 +7,31 @@ import sciml as sm
 from sciml.kernels import blas, linalg
 
 
-@pytest.fixture(params=["mkl", "numpy"])
+_MISSING = {"mkl": "MKL not installed (a dependency on Linux x86-64 only)",
+            "openblas": "numpy's bundled OpenBLAS not found (numpy 2.x wheels ship numpy.libs/libscipy_openblas64_)"}
+
+
+def _use(kind, monkeypatch):
+    """Route sciml's CPU GEMM through ``kind`` ("mkl", "openblas" or "numpy") for one test."""
+    lib = None
+    if kind != "numpy":
+        lib = blas.load(kind)
+        if lib is None:
+            pytest.skip(_MISSING[kind])
+    monkeypatch.setitem(blas._state, "lib", lib)
+    monkeypatch.setitem(blas._state, "checked", True)
+    return lib
+
+
+@pytest.fixture(params=["mkl", "openblas", "numpy"])
 def which(request, monkeypatch):
-    if request.param == "mkl" and not blas.available():
-        pytest.skip("MKL not installed (a dependency on Linux x86-64 only; elsewhere numpy's BLAS is used)")
-    if request.param == "numpy":
-        monkeypatch.setitem(blas._state, "lib", None)
-        monkeypatch.setitem(blas._state, "checked", True)
+    _use(request.param, monkeypatch)
     return request.param
+
+
+@pytest.fixture(params=["mkl", "openblas"])
+def ctypes_blas(request, monkeypatch):
+    return _use(request.param, monkeypatch)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -55,33 +73,29 @@ def test_empty_dimensions(which):
 def test_bad_choice_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(blas._state, "checked", False)
     monkeypatch.setitem(blas._state, "lib", None)
-    monkeypatch.setenv("SCIML_BLAS", "openblas")
-    with pytest.raises(ValueError, match="SCIML_BLAS: expected 'auto', 'mkl' or 'numpy', got 'openblas'"):
+    monkeypatch.setenv("SCIML_BLAS", "goto")
+    with pytest.raises(ValueError, match="SCIML_BLAS: expected 'auto', 'mkl', 'openblas', 'numpy', got 'goto'"):
         blas.mkl()
 
 
-def test_threads_roundtrip():
-    if not blas.available():
-        pytest.skip("MKL not installed (a dependency on Linux x86-64 only; elsewhere numpy's BLAS is used)")
+def test_threads_roundtrip(ctypes_blas):
     before = blas.get_threads()
     blas.set_threads(1)
     assert blas.get_threads() == 1
     blas.set_threads(before)
     assert blas.get_threads() == before
     with blas.threads(1):
-        pass
+        assert blas.get_threads() == 1
+    assert blas.get_threads() == before
 
 
-@pytest.mark.parametrize("backend_", ["mkl", "numpy", "taichi"])
+@pytest.mark.parametrize("backend_", ["mkl", "openblas", "numpy", "taichi"])
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True)])
 def test_matmul_accumulate(backend_, ta, tb, monkeypatch):
     """out += op(a) @ op(b): the second GEMM of matmul2 (JVP of a product of two tangents)."""
     sm.init(arch="cpu")
-    if backend_ == "mkl" and not blas.available():
-        pytest.skip("MKL not installed (a dependency on Linux x86-64 only; elsewhere numpy's BLAS is used)")
-    if backend_ == "numpy":
-        monkeypatch.setitem(blas._state, "lib", None)
-        monkeypatch.setitem(blas._state, "checked", True)
+    if backend_ != "taichi":
+        _use(backend_, monkeypatch)
     rng = np.random.default_rng(1)
     m, n, k, batch = 6, 5, 7, 2
     A = rng.standard_normal((batch, k, m) if ta else (batch, m, k))
@@ -96,11 +110,9 @@ def test_matmul_accumulate(backend_, ta, tb, monkeypatch):
 @pytest.mark.parametrize("shape", [(300, 200, 80), (40, 600, 200)])  # split along m, along n
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("accumulate", [False, True])
-def test_large_gemm_split_in_two(shape, ta, tb, accumulate):
-    """GEMMs above SPLIT_MIN run as two halves on two threads (MKL "split" mode)."""
+def test_large_gemm_split_in_two(ctypes_blas, shape, ta, tb, accumulate):
+    """Large GEMMs (MKL "split" mode: two halves on two threads), and with ``threads(1)``."""
     sm.init(arch="cpu")
-    if not blas.available():
-        pytest.skip("MKL not installed (a dependency on Linux x86-64 only; elsewhere numpy's BLAS is used)")
     m, n, k = shape
     assert m * n * k >= blas.SPLIT_MIN
     rng = np.random.default_rng(m + n)
@@ -120,8 +132,8 @@ def test_large_gemm_split_in_two(shape, ta, tb, accumulate):
 
 def test_split_mode_in_its_own_process():
     """SCIML_GEMM_THREADS=split (MKL sequential, large GEMMs in two halves): same results."""
-    if not blas.available():
-        pytest.skip("MKL not installed (a dependency on Linux x86-64 only; elsewhere numpy's BLAS is used)")
+    if blas.load("mkl") is None:
+        pytest.skip(_MISSING["mkl"])
     import os
     import subprocess
     import sys
@@ -140,6 +152,152 @@ def test_split_mode_in_its_own_process():
         "            assert np.allclose(out.reshape(m, n), ref, rtol=1e-10, atol=1e-10), (m, n, k, ta, tb)\n"
         "assert blas.get_threads() == 2\n"
         "print('ok')\n")
-    env = dict(os.environ, SCIML_GEMM_THREADS="split")
+    env = dict(os.environ, SCIML_GEMM_THREADS="split", SCIML_BLAS="mkl")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+# --- numpy's bundled OpenBLAS through ctypes (ILP64 ``scipy_cblas_?gemm64_``) ------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(7, 5, 9), (33, 17, 65), (1, 13, 4), (6, 1, 3), (5, 4, 1), (1, 1, 1),
+                                   (130, 70, 257)])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_openblas_gemm_matches_numpy(monkeypatch, dtype, shape, ta, tb, accumulate):
+    lib = _use("openblas", monkeypatch)
+    assert lib.sciml_kind == "openblas" and blas.name().startswith("openblas (libscipy_openblas")
+    m, n, k = shape
+    rng = np.random.default_rng(m * 100 + n * 10 + k + 2 * ta + tb)
+    A = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+    B = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+    C0 = rng.standard_normal((m, n)).astype(dtype)
+    out = np.concatenate([C0.ravel(), np.full(3, 7.0, dtype)])  # 3 guard elements past m*n
+    assert blas.gemm(A.ravel(), B.ravel(), out, m, n, k, ta, tb, dtype, accumulate)
+    ref = np.matmul(A.T if ta else A, B.T if tb else B) + (C0 if accumulate else 0)
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(out[:m * n].reshape(m, n), ref, rtol=tol, atol=tol)
+    assert np.all(out[m * n:] == 7.0)
+
+
+def test_openblas_is_numpys_instance(monkeypatch):
+    """The library loaded is the one numpy's matmul uses: one thread count for both."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import os
+    lib = _use("openblas", monkeypatch)
+    before = blas.get_threads()
+    try:
+        blas.set_threads(1)  # (scipy may bring an OpenBLAS of its own: only numpy's is ours)
+        counts = [i["num_threads"] for i in threadpoolctl.threadpool_info()
+                  if os.path.realpath(i["filepath"]) == lib.sciml_path]
+        assert counts == [1]
+    finally:
+        blas.set_threads(before)
+    assert blas.get_threads() == before
+
+
+def test_zero_sized_gemm(ctypes_blas):
+    out = np.full(6, 5.0)
+    assert blas.gemm(np.empty(0), np.empty(0), out, 2, 3, 0, False, False, "float64", True)
+    assert np.all(out == 5.0)
+    assert blas.gemm(np.empty(0), np.empty(0), out, 2, 3, 0, True, True, "float64", False)
+    assert np.all(out == 0.0)
+
+
+# --- selection: SCIML_BLAS and the CPU vendor ---------------------------------------------------------
+
+class _Fake:
+    def __init__(self, kind):
+        self.sciml_kind, self.sciml_path, self.sciml_core = kind, f"/x/lib{kind}.so", "Core"
+
+
+@pytest.fixture
+def select(monkeypatch):
+    """``select(env, vendor, found)``: the library kind ``blas.lib()`` picks (None: numpy's matmul)
+    with SCIML_BLAS=env, /proc/cpuinfo's vendor_id=vendor and the libraries in ``found`` present."""
+    def run(env, vendor, found):
+        monkeypatch.setitem(blas._state, "checked", False)
+        monkeypatch.setitem(blas._state, "lib", None)
+        monkeypatch.setattr(blas, "_loaded", {k: (_Fake(k), None) if k in found else (None, f"no {k}")
+                                              for k in ("mkl", "openblas")})
+        monkeypatch.setattr(blas, "_cpu_vendor", lambda: vendor)
+        if env is None:
+            monkeypatch.delenv("SCIML_BLAS", raising=False)
+        else:
+            monkeypatch.setenv("SCIML_BLAS", env)
+        lib = blas.lib()
+        assert blas.available() == (lib is not None)
+        assert (blas.mkl() is not None) == (lib is not None and lib.sciml_kind == "mkl")
+        return None if lib is None else lib.sciml_kind
+    return run
+
+
+@pytest.mark.parametrize("env", [None, "auto", " Auto "])
+@pytest.mark.parametrize("vendor,found,expected", [
+    ("GenuineIntel", {"mkl", "openblas"}, "mkl"),
+    ("GenuineIntel", {"openblas"}, "openblas"),
+    ("GenuineIntel", {"mkl"}, "mkl"),
+    ("GenuineIntel", set(), None),
+    ("AuthenticAMD", {"mkl", "openblas"}, "openblas"),
+    ("AuthenticAMD", {"mkl"}, "mkl"),
+    ("AuthenticAMD", {"openblas"}, "openblas"),
+    ("AuthenticAMD", set(), None),
+    ("", {"mkl", "openblas"}, "openblas"),  # vendor unknown
+])
+def test_auto_selection(select, env, vendor, found, expected):
+    assert select(env, vendor, found) == expected
+    assert blas.name().split()[0] == (expected or "numpy")
+
+
+@pytest.mark.parametrize("vendor", ["GenuineIntel", "AuthenticAMD"])
+def test_explicit_selection(select, vendor):
+    both = {"mkl", "openblas"}
+    assert select("mkl", vendor, both) == "mkl"
+    assert select("openblas", vendor, both) == "openblas"
+    assert select("OpenBLAS", vendor, both) == "openblas"
+    assert select("numpy", vendor, both) is None
+    assert blas.name() == "numpy"
+    with pytest.raises(RuntimeError, match="SCIML_BLAS=openblas but openblas could not be loaded: no openblas"):
+        select("openblas", vendor, {"mkl"})
+    with pytest.raises(RuntimeError, match="SCIML_BLAS=mkl but mkl could not be loaded: no mkl"):
+        select("mkl", vendor, {"openblas"})
+
+
+def test_auto_selection_with_the_real_libraries(monkeypatch):
+    """The libraries present here, on a pretended AMD and Intel CPU."""
+    if blas.load("openblas") is None:
+        pytest.skip(_MISSING["openblas"])
+    monkeypatch.delenv("SCIML_BLAS", raising=False)
+    for vendor, first in (("AuthenticAMD", "openblas"), ("GenuineIntel", "mkl")):
+        monkeypatch.setitem(blas._state, "checked", False)
+        monkeypatch.setattr(blas, "_cpu_vendor", lambda vendor=vendor: vendor)
+        want = first if blas.load(first) is not None else "openblas"
+        assert blas.lib().sciml_kind == want and blas.lib() is blas.load(want)
+        assert blas.name().startswith(want + " (")
+
+
+def test_cpu_vendor_is_read():
+    import os
+    if not os.path.exists("/proc/cpuinfo"):
+        pytest.skip("no /proc/cpuinfo")
+    assert blas._cpu_vendor() in ("GenuineIntel", "AuthenticAMD") or blas._cpu_vendor()
+
+
+def test_auto_in_a_fresh_process():
+    """The default selection in a process of its own (it is made once per process)."""
+    import os
+    import subprocess
+    import sys
+    code = ("from sciml.kernels import blas\n"
+            "lib = blas.lib()\n"
+            "print(blas._cpu_vendor(), lib.sciml_kind if lib is not None else 'numpy',"
+            " blas.load('mkl') is not None, blas.load('openblas') is not None)\n")
+    env = {k: v for k, v in os.environ.items() if k != "SCIML_BLAS"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    vendor, kind, has_mkl, has_ob = r.stdout.split()
+    has_mkl, has_ob = has_mkl == "True", has_ob == "True"
+    if vendor == "GenuineIntel" and has_mkl:
+        assert kind == "mkl"
+    else:
+        assert kind == ("openblas" if has_ob else "mkl" if has_mkl else "numpy")

@@ -1,13 +1,22 @@
-"""CPU dense GEMM through Intel oneMKL's CBLAS, when it is installed (the ``mkl`` wheel).
+"""CPU dense GEMM through a CBLAS called with ctypes: Intel oneMKL (the ``mkl`` wheel) or the
+OpenBLAS that numpy 2.x wheels bundle (``numpy.libs/libscipy_openblas64_*``: ``scipy_cblas_sgemm64_``,
+ILP64 sizes), both with ``beta=1`` accumulation and no Python-side temporaries. Dense GEMM is the
+one place sciml may route around Taichi on CPU; everything else stays a kernel.
 
-Measured here (2 vCPUs, Intel Xeon with AVX-512, float32, the 8 GEMMs of the W1 step; `python -m benchmarks.bench_blas`):
-numpy's bundled OpenBLAS 3.8 ms, MKL 2.6 ms (the same library PyTorch links). Dense
-GEMM is the one place sciml may route around Taichi on CPU; everything else stays a kernel.
+Measured (2 vCPUs, float32, the 8 GEMMs of the W1 step; `python -m benchmarks.bench_blas`): on an
+Intel Xeon with AVX-512, numpy's OpenBLAS 3.8 ms, MKL 2.6 ms (the same library PyTorch links);
+on an AMD EPYC (Zen 4), MKL 5.2-5.4 ms, OpenBLAS via ctypes 4.95 ms, numpy's matmul 4.9 ms, torch
+5.5-5.7 ms (with ``+=``, the JVP's second GEMM: ctypes 4.4 ms, numpy's matmul + add 4.8-4.95 ms).
 
-Selection: env ``SCIML_BLAS`` = ``auto`` (default: MKL if found, else numpy), ``mkl`` (error if
-missing), ``numpy``. ``SCIML_MKL_LIB`` names the library file explicitly.
+Selection: env ``SCIML_BLAS`` = ``auto`` (default: MKL on a CPU whose vendor_id is GenuineIntel
+when MKL is found, otherwise numpy's OpenBLAS via ctypes if found, otherwise MKL if found,
+otherwise numpy's matmul), ``mkl`` / ``openblas`` (error if missing), ``numpy``.
+``SCIML_MKL_LIB`` / ``SCIML_OPENBLAS_LIB`` name a library file explicitly. ``name()`` says which.
 
-Threads (``SCIML_GEMM_THREADS``): "omp" (default) keeps MKL's OpenMP threads; "split" loads MKL
+OpenBLAS threads are its own (pthreads; the instance numpy uses, so threadpoolctl sees the same
+count); ``threads(n)`` / ``set_threads(n)`` set its process-wide count (it has no per-thread one).
+
+MKL threads (``SCIML_GEMM_THREADS``, MKL only): "omp" (default) keeps MKL's OpenMP threads; "split" loads MKL
 sequential (no OpenMP runtime) and cuts each GEMM of at least ``SPLIT_MIN`` multiply-adds in two
 halves, the second on one worker thread that blocks between calls. Measured here (idle machine,
 09:10 UTC, interleaved runs): W1 step 4.62-4.76 ms "omp" vs 5.56 ms "split", W4a HVP 12.3 vs 15.0
@@ -20,7 +29,8 @@ batched-tangent pass MKL runs single-threaded (``threads(1)``: many small GEMMs)
 Other libraries: MKL's runtime makes its symbols global when it loads (at sciml's first CPU GEMM).
 A library with its own MKL imported after that (PyTorch's is static) binds its MKL calls to this
 one (with "split", ``torch.get_num_threads()`` then reports 1). Import such libraries first, or
-set ``SCIML_BLAS=numpy``. (Loading MKL in a private namespace with ``dlmopen`` crashed here.)
+set ``SCIML_BLAS=numpy`` or ``openblas``. (Loading MKL in a private namespace with ``dlmopen``
+crashed here.)
 """
 import ctypes
 import glob
@@ -87,71 +97,206 @@ def _load():
     return None
 
 
-def mkl():
-    """The loaded MKL runtime library, or None (numpy's BLAS is used then)."""
+def _openblas_candidates():
+    env = os.environ.get("SCIML_OPENBLAS_LIB")
+    if env:
+        yield env
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover
+        return
+    d = os.path.dirname(os.path.abspath(numpy.__file__))
+    for pat in (os.path.join(d, "..", "numpy.libs", "libscipy_openblas*.so*"),  # Linux wheels
+                os.path.join(d, "..", "numpy.libs", "libscipy_openblas*.dll"),  # Windows
+                os.path.join(d, ".dylibs", "libscipy_openblas*.dylib")):  # macOS
+        yield from sorted(glob.glob(pat))
+
+
+def _load_openblas():
+    """numpy's bundled OpenBLAS (the same library instance numpy's matmul uses; its symbols carry
+    a ``scipy_`` prefix and, in the ILP64 build of the wheels, a ``64_`` suffix and int64 sizes)."""
+    errors = []
+    for path in _openblas_candidates():
+        path = os.path.realpath(path)
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            errors.append(f"{path}: {e}")
+            continue
+        for sfx, blasint in (("64_", ctypes.c_int64), ("", ctypes.c_int)):
+            try:
+                sg, dg = getattr(lib, f"scipy_cblas_sgemm{sfx}"), getattr(lib, f"scipy_cblas_dgemm{sfx}")
+                setn, getn = (getattr(lib, f"scipy_openblas_set_num_threads{sfx}"),
+                              getattr(lib, f"scipy_openblas_get_num_threads{sfx}"))
+            except AttributeError:
+                continue
+            break
+        else:
+            errors.append(f"{path}: no scipy_cblas_sgemm64_ / scipy_cblas_sgemm")
+            continue
+        i, b, p = ctypes.c_int, blasint, ctypes.c_void_p  # order/trans: C enums (int); sizes: blasint
+        sg.argtypes = [i, i, i, b, b, b, ctypes.c_float, p, b, p, b, ctypes.c_float, p, b]
+        dg.argtypes = [i, i, i, b, b, b, ctypes.c_double, p, b, p, b, ctypes.c_double, p, b]
+        sg.restype = dg.restype = None
+        setn.argtypes, setn.restype = [i], None
+        getn.argtypes, getn.restype = [], i
+        lib.sciml_sgemm, lib.sciml_dgemm, lib.sciml_set_threads, lib.sciml_get_threads = sg, dg, setn, getn
+        lib.sciml_kind, lib.sciml_path = "openblas", path
+        try:
+            core = getattr(lib, f"scipy_openblas_get_corename{sfx}")
+            core.restype = ctypes.c_char_p
+            lib.sciml_core = core().decode()
+        except (AttributeError, UnicodeDecodeError):  # pragma: no cover
+            lib.sciml_core = ""
+        return lib, None
+    return None, "; ".join(errors) or "numpy's bundled OpenBLAS (numpy.libs/libscipy_openblas*) not found"
+
+
+def _load_mkl():
+    lib = _load()
+    if lib is not None:
+        lib.sciml_sgemm, lib.sciml_dgemm, lib.sciml_kind = lib.cblas_sgemm, lib.cblas_dgemm, "mkl"
+    return lib, _state["error"]
+
+
+_LOADERS = {"mkl": _load_mkl, "openblas": _load_openblas}
+_loaded: dict = {}  # kind -> (library or None, error): each library is loaded once per process
+
+
+def load(kind):
+    """The library ``kind`` ("mkl" or "openblas"), loaded on first use, or None if not found."""
+    if kind not in _loaded:
+        _loaded[kind] = _LOADERS[kind]()
+    return _loaded[kind][0]
+
+
+def _cpu_vendor():
+    """/proc/cpuinfo's vendor_id ("GenuineIntel", "AuthenticAMD", ...), else a guess, else ""."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    proc = platform.processor()
+    return "GenuineIntel" if "GenuineIntel" in proc or proc.startswith("Intel") else proc
+
+
+def _select(choice):
+    """The library for ``SCIML_BLAS=choice`` (None: numpy's matmul)."""
+    if choice == "numpy":
+        return None
+    if choice in ("mkl", "openblas"):
+        lib = load(choice)
+        if lib is None:
+            raise RuntimeError(f"SCIML_BLAS={choice} but {choice} could not be loaded: {_loaded[choice][1]}")
+        return lib
+    order = ("mkl", "openblas") if _cpu_vendor() == "GenuineIntel" else ("openblas", "mkl")
+    for kind in order:
+        lib = load(kind)
+        if lib is not None:
+            return lib
+    _state["error"] = "; ".join(str(_loaded[k][1]) for k in order)
+    return None
+
+
+def lib():
+    """The ctypes BLAS in use (``.sciml_kind`` "mkl" or "openblas"), or None (numpy's matmul)."""
     if not _state["checked"]:
-        _state["checked"] = True
         choice = os.environ.get("SCIML_BLAS", "auto").strip().lower()
-        if choice not in ("auto", "mkl", "numpy"):
-            raise ValueError(f"SCIML_BLAS: expected 'auto', 'mkl' or 'numpy', got {choice!r}")
-        if choice != "numpy":
-            _state["lib"] = _load()
-            if _state["lib"] is None and choice == "mkl":
-                raise RuntimeError(f"SCIML_BLAS=mkl but MKL could not be loaded: {_state['error']}")
+        if choice not in _CHOICES:
+            raise ValueError(f"SCIML_BLAS: expected {', '.join(repr(c) for c in _CHOICES)}, got {choice!r}")
+        _state["checked"] = True
+        try:
+            _state["lib"] = _select(choice)
+        except Exception:
+            _state["checked"] = False
+            raise
     return _state["lib"]
 
 
+_CHOICES = ("auto", "mkl", "openblas", "numpy")
+
+
+def mkl():
+    """The loaded MKL runtime library when it is the BLAS in use, else None."""
+    lb = lib()
+    return lb if lb is not None and lb.sciml_kind == "mkl" else None
+
+
 def name():
-    lib = mkl()
-    return f"mkl ({os.path.basename(lib.sciml_path)})" if lib is not None else "numpy"
+    lb = lib()
+    if lb is None:
+        return "numpy"
+    if lb.sciml_kind == "openblas":
+        return f"openblas ({os.path.basename(lb.sciml_path)}, {lb.sciml_core or 'core ?'}; numpy's, via ctypes)"
+    return f"mkl ({os.path.basename(lb.sciml_path)})"
+
+
+def _split_mode(lb):
+    return lb.sciml_kind == "mkl" and _state["mode"] == "split"
 
 
 class threads:
-    """``with blas.threads(1): ...`` — GEMM threads within the block (no-op without MKL): in "split"
-    mode 1 turns the two-thread split off; in "omp" mode it is MKL's count for this Python thread."""
+    """``with blas.threads(1): ...`` — GEMM threads within the block (no-op without a ctypes BLAS):
+    MKL "split" mode: 1 turns the two-thread split off; MKL "omp" mode: MKL's count for this
+    Python thread; OpenBLAS: its process-wide count (it has no per-thread one), restored on exit."""
 
     def __init__(self, n):
         self.n = int(n)
 
     def __enter__(self):
-        lib = mkl()
-        self._prev = None
-        if lib is not None:
+        lb = lib()
+        self._prev = self._lib = None
+        if lb is not None:
+            self._lib = lb
             self._prev = get_threads()
-            if _state["mode"] == "split":
+            if _split_mode(lb):
                 _state["nosplit"] = self.n <= 1
-            else:
-                self._prev = lib.MKL_Set_Num_Threads_Local(self.n)
+            elif lb.sciml_kind == "mkl":
+                self._prev = lb.MKL_Set_Num_Threads_Local(self.n)
+            elif self.n != self._prev:
+                lb.sciml_set_threads(self.n)
         return self
 
     def __exit__(self, *exc):
+        lb = self._lib
         if self._prev is not None:
-            if _state["mode"] == "split":
+            if _split_mode(lb):
                 _state["nosplit"] = self._prev <= 1
-            else:
-                mkl().MKL_Set_Num_Threads_Local(self._prev)
+            elif lb.sciml_kind == "mkl":
+                lb.MKL_Set_Num_Threads_Local(self._prev)
+            elif self._prev != self.n:
+                lb.sciml_set_threads(self._prev)
 
 
 def get_threads():
-    """Threads a large GEMM uses (None without MKL)."""
-    lib = mkl()
-    if lib is None:
+    """Threads a large GEMM uses (None without a ctypes BLAS)."""
+    lb = lib()
+    if lb is None:
         return None
+    if lb.sciml_kind == "openblas":
+        return lb.sciml_get_threads()
     if _state["mode"] == "split":
         return 1 if _state["nosplit"] or _CORES < 2 else 2
-    return lib.MKL_Get_Max_Threads()
+    return lb.MKL_Get_Max_Threads()
 
 
 def set_threads(n):
-    """Process-wide GEMM thread count (every Python thread); no-op without MKL. In "split" mode
-    only 1 (no split) or more (split large GEMMs in two) matter."""
-    lib = mkl()
-    if lib is not None and n is not None:
+    """Process-wide GEMM thread count (every Python thread); no-op without a ctypes BLAS. In MKL's
+    "split" mode only 1 (no split) or more (split large GEMMs in two) matter."""
+    lb = lib()
+    if lb is not None and n is not None:
+        if lb.sciml_kind == "openblas":
+            lb.sciml_set_threads(int(n))
+            return
         if _state["mode"] == "split":
             _state["nosplit"] = int(n) <= 1
             return
-        lib.MKL_Set_Num_Threads(int(n))
-        lib.MKL_Set_Num_Threads_Local(0)  # 0: this thread follows the process-wide count again
+        lb.MKL_Set_Num_Threads(int(n))
+        lb.MKL_Set_Num_Threads_Local(0)  # 0: this thread follows the process-wide count again
 
 
 def _pool():
@@ -163,19 +308,23 @@ def _pool():
 
 def gemm(a, b, out, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, accumulate: bool = False) -> bool:
     """out[:m*n] (m, n) = op(a) @ op(b) (``+=`` with ``accumulate``) on flat contiguous numpy buffers;
-    False if MKL is absent.
+    False without a ctypes BLAS (MKL or OpenBLAS; the caller then uses numpy's matmul).
 
-    In "split" mode (default) MKL is sequential and a GEMM of at least SPLIT_MIN multiply-adds is
+    In MKL's "split" mode MKL is sequential and a GEMM of at least SPLIT_MIN multiply-adds is
     cut in two halves along the larger of m, n, the second run on a worker thread (ctypes releases
     the GIL), which blocks instead of spinning between calls."""
-    lib = mkl()
-    if lib is None or dtype not in ("float32", "float64"):
+    lb = lib()
+    if lb is None or dtype not in ("float32", "float64"):
         return False
-    f = lib.cblas_sgemm if dtype == "float32" else lib.cblas_dgemm
+    if m * n * k == 0:  # nothing to multiply (and leading dimensions of 0 are invalid to BLAS)
+        if m * n and not accumulate:
+            out[: m * n] = 0
+        return True
+    f = lb.sciml_sgemm if dtype == "float32" else lb.sciml_dgemm
     TA, TB = _TRANS if ta else _NO_TRANS, _TRANS if tb else _NO_TRANS
     lda, ldb, beta = m if ta else k, k if tb else n, 1.0 if accumulate else 0.0
     pa, pb, pc = _address(a), _address(b), _address(out)  # 0.6 vs 1.6 us each (``_common.address``)
-    if _state["mode"] != "split" or m * n * k < SPLIT_MIN or _CORES < 2 or _state["nosplit"]:
+    if not _split_mode(lb) or m * n * k < SPLIT_MIN or _CORES < 2 or _state["nosplit"]:
         f(_ROW_MAJOR, TA, TB, m, n, k, 1.0, pa, lda, pb, ldb, beta, pc, n)
         return True
     isz = out.itemsize
@@ -197,7 +346,8 @@ _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
 
 
 def available() -> bool:
-    return mkl() is not None
+    """True when GEMMs go through a ctypes BLAS (MKL or numpy's OpenBLAS), not numpy's matmul."""
+    return lib() is not None
 
 
-__all__ = ["mkl", "name", "threads", "get_threads", "set_threads", "gemm", "available"]
+__all__ = ["lib", "load", "mkl", "name", "threads", "get_threads", "set_threads", "gemm", "available"]

@@ -3,8 +3,9 @@
 C[b] = op(A[b]) @ op(B[b]) with op = transpose when ``ta``/``tb``; A, B, C contiguous.
 Each parallel iteration computes an 8x4 tile of C in registers, reading 8 values of A and 4
 of B^T per k (B is transposed first, so both operands are read along k). On CPU, dense GEMM
-dispatches to BLAS (3-10x faster here): Intel MKL when installed (``kernels/blas.py``), else
-numpy's OpenBLAS; the one place sciml routes around Taichi.
+dispatches to BLAS (3-10x faster here): a ctypes CBLAS (``kernels/blas.py``: Intel MKL on Intel
+CPUs, numpy's bundled OpenBLAS elsewhere), else numpy's matmul; the one place sciml routes around
+Taichi.
 """
 import numpy as np
 
@@ -38,8 +39,8 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
 
 
 def _host_matmul(a, b, out, batch, m, n, k, ta, tb, dtype, accumulate):
-    """The CPU BLAS GEMM (MKL, else numpy's matmul) on flat host buffers."""
-    if _blas.mkl() is not None and dtype in ("float32", "float64") and m * n * k > 0 \
+    """The CPU BLAS GEMM (a ctypes CBLAS: MKL or OpenBLAS, else numpy's matmul) on flat host buffers."""
+    if _blas.available() and dtype in ("float32", "float64") and m * n * k > 0 \
             and (batch <= 16 or m * n * k >= 1 << 15):  # many tiny GEMMs: numpy's batched loop
         mk, kn, mn = m * k, k * n, m * n
         for i in range(batch):
