@@ -19,7 +19,7 @@ def _info(args):
     print(f"dtype    {runtime.default_dtype()}")
     print(f"threads  {runtime.num_threads()}")
     from .kernels import blas
-    print(f"blas     {blas.name()} (CPU dense GEMM; SCIML_BLAS=mkl|numpy)")
+    print(f"blas     {blas.name()} (CPU dense GEMM; SCIML_BLAS=mkl|openblas|numpy)")
     return 0
 
 
