@@ -66,30 +66,25 @@ class _Recorder:
         self.dynamic = {id(_root(r)) for r in input_roots}  # roots whose values depend on the inputs
         self.error = None
 
-    def launch(self, fl, args):
+    def _untraced(self, fn, *args):
         TRACE[0] = None
         try:
-            r = fl(*args)
+            return fn(*args)
         finally:
             TRACE[0] = self
+
+    def launch(self, fl, args):
+        r = self._untraced(fl, *args)
         self.steps.append(("k", fl, args))
         return r
 
     def vec_launch(self, vl, arrays, ptrs, counts, scalars):
-        TRACE[0] = None
-        try:
-            r = vl(arrays, ptrs, counts, scalars)
-        finally:
-            TRACE[0] = self
+        r = self._untraced(vl, arrays, ptrs, counts, scalars)
         self.steps.append(("v", vl, (list(arrays), list(ptrs), list(counts), list(scalars))))
         return r
 
     def host(self, fn, args):
-        TRACE[0] = None
-        try:
-            r = fn(*args)
-        finally:
-            TRACE[0] = self
+        r = self._untraced(fn, *args)
         self.steps.append(("h", fn, args))
         return r
 
