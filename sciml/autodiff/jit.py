@@ -159,7 +159,7 @@ class _Plan:
         self.out_def = out_def
         # the program: steps in order, with the re-initialisations that replays need
         prog, binds, keep = [], [], []
-        inits = self._inits(rec, slot_of, on_host)
+        inits = self._inits(rec, slot_of)
         for idx, (kind, fn, args) in enumerate(rec.steps):
             for init in inits.get(idx, ()):
                 prog.append(init[0])
@@ -203,7 +203,7 @@ class _Plan:
         self.n_calls = len(rec.steps) - self.n_kernels
 
     @staticmethod
-    def _inits(rec, slot_of, on_host):
+    def _inits(rec, slot_of):
         """Buffers made during the trace with contents (zeros, constants) that the steps change, or
         that are fresh per call: restored at their creation point on every replay."""
         inits = {}
