@@ -67,8 +67,11 @@ def init(arch: str | None = None, dtype: str | None = None, seed: int | None = N
         os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")  # importing sciml prints nothing
         import taichi as ti
 
+        debug = os.environ.get("SCIML_DEBUG", "0") not in ("", "0")
+        # Taichi's compile-time warnings ("Loading variable ... before anything is stored", "Atomic add
+        # may lose precision") are about code sciml generated, not the user's: shown only with SCIML_DEBUG.
         kw = dict(default_fp=ti.f64 if dtype == "float64" else ti.f32, default_ip=ti.i32,
-                  log_level=ti.WARN, offline_cache=True)
+                  log_level=ti.WARN if debug else ti.ERROR, offline_cache=True)
         if os.environ.get("SCIML_CACHE_DIR"):  # e.g. a fresh dir to measure cold-cache compile times
             kw["offline_cache_file_path"] = os.environ["SCIML_CACHE_DIR"]
         kw.update(taichi_kwargs)
