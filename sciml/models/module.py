@@ -265,19 +265,45 @@ class Module:
         return missing, unexpected
 
     def save(self, path):
-        """Write ``state_dict()`` to ``path``: ``.safetensors`` (if the package is installed) or ``.npz``.
-        Neither format executes code when loaded."""
+        """Write ``state_dict()`` to ``path``: ``.safetensors`` or ``.npz`` (a path with another
+        suffix gets ``.npz`` appended, as ``np.savez`` does). Neither format executes code when loaded.
+
+        The write is atomic: the data goes to a temporary file ``.<name>.*.tmp<suffix>`` in the same
+        folder, which is fsynced and renamed over ``path``, so a crash or kill during the write leaves
+        the previous file intact. A temporary file left by a writer that was killed is removed by the
+        next successful save of the same path. Returns the path written.
+        """
+        from .._io import check_output_path
         path = os.fspath(path)
+        if not path.endswith((".safetensors", ".npz")):
+            path += ".npz"
+        path = check_output_path(path, arg=f"{type(self).__name__}.save(path=...)")
         sd = self.state_dict()
         if path.endswith(".safetensors"):
-            from safetensors.numpy import save_file
-            save_file({k: np.ascontiguousarray(v) for k, v in sd.items()}, path)
+            from safetensors.numpy import save as _st_bytes
+            data = _st_bytes({k: np.ascontiguousarray(v) for k, v in sd.items()})
+            _atomic_save(path, lambda f: f.write(data))
         else:
-            np.savez(path, **sd)
+            _atomic_save(path, lambda f: np.savez(f, **sd))
+        return path
 
-    def load(self, path, strict: bool = True):
-        """Load parameters saved with :meth:`save` (npz read with allow_pickle=False). Returns self."""
-        self.load_state_dict(load_state(path), strict=strict)
+    def load(self, path, strict: bool = True, allow_nonfinite: bool = False):
+        """Load parameters saved with :meth:`save` (no code is executed: npz is read with
+        allow_pickle=False). Returns self.
+
+        Raises (each message names the file):
+            FileNotFoundError: no such file.
+            ValueError: the file is not a complete checkpoint (junk, truncated), holds NaN or
+                infinite values (unless ``allow_nonfinite=True``), or an array's shape does not fit.
+            KeyError: keys are missing or unexpected (``strict=True``).
+        """
+        path = _resolve_load_path(path)
+        state = load_state(path, allow_nonfinite=allow_nonfinite)
+        try:
+            self.load_state_dict(state, strict=strict)
+        except (KeyError, ValueError) as e:
+            msg = e.args[0] if e.args else str(e)
+            raise type(e)(f"{type(self).__name__}.load({path!r}): {msg}") from None
         return self
 
     # --- repr -----------------------------------------------------------------------------
@@ -315,16 +341,101 @@ def _module_items(k, v):
     return []
 
 
-def load_state(path):
-    """A {name: numpy array} dict from a file written by ``Module.save`` (no code is executed)."""
+def _resolve_load_path(path):
     path = os.fspath(path)
-    if path.endswith(".safetensors"):
-        from safetensors.numpy import load_file
-        return load_file(path)
     if not os.path.exists(path) and os.path.exists(path + ".npz"):
         path = path + ".npz"
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+    return path
+
+
+def _lock(f, blocking=True):
+    """Exclusive advisory lock on an open file; True if taken (always True without fcntl)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no stale-file cleanup
+        return blocking
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        return True
+    except OSError:
+        return False
+
+
+STALE_AFTER_S = 1.0  # a temporary file untouched this long and not locked is a dead writer's
+
+
+def _atomic_save(path, write):
+    """Write ``path`` atomically through ``sciml._io.atomic_write``; ``write(f)`` fills the open file.
+
+    While writing, the temporary file holds an exclusive ``flock`` (released by the kernel if the
+    process dies), so after the rename, temporary files of the same target that nobody holds and
+    that were last modified over ``STALE_AFTER_S`` ago are leftovers of a killed writer: removed.
+    """
+    import glob
+    import time
+
+    from .._io import atomic_write
+    with atomic_write(path) as tmp:
+        with open(tmp, "wb") as f:
+            _lock(f)
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    folder, base = os.path.split(os.path.abspath(path))
+    for stale in glob.glob(os.path.join(glob.escape(folder), "." + glob.escape(base) + ".*.tmp*")):
+        try:
+            with open(stale, "rb") as f:
+                if time.time() - os.fstat(f.fileno()).st_mtime > STALE_AFTER_S and _lock(f, blocking=False):
+                    os.remove(stale)
+        except OSError:  # gone already, or not ours to remove
+            pass
+
+
+def _bad_file(path, e, kind):
+    return ValueError(f"load_state({path!r}): not a complete {kind} checkpoint ({type(e).__name__}: {e}). "
+                      "The file is truncated, damaged or was not written by Module.save.")
+
+
+def load_state(path, allow_nonfinite: bool = False):
+    """A {name: numpy array} dict from a file written by ``Module.save`` (no code is executed).
+
+    Raises FileNotFoundError if there is no such file and ValueError (naming the file) if it is
+    not a complete ``.npz``/``.safetensors`` checkpoint or, unless ``allow_nonfinite=True``,
+    holds NaN or infinite values.
+    """
+    path = _resolve_load_path(path)
+    if not os.path.isfile(path):
+        if os.path.isdir(path):
+            raise ValueError(f"load_state({path!r}): this is a folder; expected a .npz or .safetensors file.")
+        raise FileNotFoundError(f"load_state({path!r}): no such file.")
+    if path.endswith(".safetensors"):
+        from safetensors.numpy import load_file
+        try:
+            state = load_file(path)
+        except Exception as e:  # SafetensorError and friends: the file is not a valid safetensors
+            raise _bad_file(path, e, ".safetensors") from None
+    else:
+        import zipfile
+        import zlib
+        try:
+            z = np.load(path, allow_pickle=False)
+            if not hasattr(z, "files"):
+                raise ValueError("it holds a single .npy array, not named arrays")
+            with z:
+                state = {k: z[k] for k in z.files}
+        except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError, KeyError) as e:
+            if isinstance(e, (FileNotFoundError, PermissionError)):
+                raise
+            raise _bad_file(path, e, ".npz") from None
+    for k, v in state.items():
+        if v.dtype.kind not in "biuf":
+            raise ValueError(f"load_state({path!r}): {k!r} has dtype {v.dtype}; expected numbers.")
+        if not allow_nonfinite and v.dtype.kind == "f" and not np.isfinite(v).all():
+            bad = int(v.size - np.isfinite(v).sum())
+            raise ValueError(f"load_state({path!r}): {k!r} holds {bad} non-finite value(s) (NaN or inf) of "
+                             f"{v.size}; a model trained into NaN/inf is not loaded. Pass allow_nonfinite=True "
+                             "to load it anyway.")
+    return state
 
 
 class _substituted:
