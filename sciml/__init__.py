@@ -15,6 +15,8 @@ from .autodiff.ops import (abs, add, astype, broadcast_to, clip, concat, cos, di
                            reshape, scatter_add, sigmoid, sign, silu, sin, softmax, softplus, split, sqrt, square,
                            squeeze, stack, sub, sum, take, tanh, transpose, unsqueeze, var, where)
 
+from .autodiff.ops import (arccos, arccosh, arcsin, arcsinh, arctan, arctanh, atan2, cosh, erf, erfc, expm1,
+                           isfinite, isinf, isnan, log1p, sinh, tan)
 from .autodiff.fuse import fuse
 
 __version__ = "0.1.0"

@@ -30,7 +30,10 @@ def _tanh_ratio():
 
     @ti.func
     def ratio(x):
-        xc = ti.min(ti.max(x, -7.90531110763549805), 7.90531110763549805)
+        # clamp with ordered compares, not ti.min/ti.max (they return the other operand for NaN):
+        # NaN passes through and gives NaN; +-inf clamp to +-1
+        c = ti.cast(7.90531110763549805, ti.f32)  # typed: a f64 literal would make a f64 vector
+        xc = ti.select(x > c, c, ti.select(x < -c, -c, x))
         x2 = xc * xc
         p = x2 * a13 + a11
         p = x2 * p + a9
@@ -77,24 +80,16 @@ def _funcs(dtype):
         return ti.max(x, 0.0) + ti.log(1.0 + ti.exp(-ti.abs(x)))
 
     @ti.func
-    def relu(x):
-        return ti.max(x, 0.0)
+    def relu(x):  # ordered compares: NaN -> NaN (ti.max(NaN, 0) is 0), -0 -> +0
+        return ti.select(x > 0, x, ti.select(x <= 0, 0.0, x))
 
     @ti.func
-    def sign(x):
-        r = 0.0
-        if x > 0:
-            r = 1.0
-        elif x < 0:
-            r = -1.0
-        return r
+    def sign(x):  # NaN -> NaN as numpy; +-0 -> +-0
+        return ti.select(x > 0, 1.0, ti.select(x < 0, -1.0, x))
 
     @ti.func
-    def step(x):  # Heaviside, 0 at 0 (relu's derivative, as in PyTorch)
-        r = 0.0
-        if x > 0:
-            r = 1.0
-        return r
+    def step(x):  # Heaviside, 0 at 0 (relu's derivative, as in PyTorch); NaN -> NaN
+        return ti.select(x > 0, 1.0, ti.select(x <= 0, 0.0, x))
 
     @ti.func
     def neg(x):
@@ -108,13 +103,45 @@ def _funcs(dtype):
     def reciprocal(x):
         return 1.0 / x
 
+    nonfinite = nan_test(dtype, "nonfinite")
+    T = C.backend.ti_dtype(dtype)
+
+    @ti.func
+    def finite_or_zero(x):  # the shift of logsumexp / log_softmax (scipy): a non-finite max shifts by 0
+        return ti.select(nonfinite(x), ti.cast(0, T), x)
+
+    from .special import funcs as special
     return dict(neg=neg, exp=ti.exp, log=ti.log, sin=ti.sin, cos=ti.cos, tanh=tanh_f, sigmoid=sigmoid,
                 relu=relu, softplus=softplus, sqrt=ti.sqrt, abs=ti.abs, square=square, sign=sign, step=step,
-                reciprocal=reciprocal, floor=ti.floor)
+                reciprocal=reciprocal, floor=ti.floor, finite_or_zero=finite_or_zero, **special(dtype))
+
+
+def nan_test(dtype, what="nan"):
+    """A ti.func on the bits of x: ``isnan(x)`` (``what="nan"``) or ``not isfinite(x)`` (``"nonfinite"``).
+    Taichi compiles with fast math, which folds ``x != x`` to False and ``|x| == inf`` too (and its ``!=``
+    is an ordered compare anyway), so these are integer tests."""
+    ti = C.ti()
+    if dtype == "float64":
+        I, mask, inf = ti.i64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000
+    else:
+        I, mask, inf = ti.i32, 0x7FFFFFFF, 0x7F800000
+    F = C.backend.ti_dtype(dtype)
+    nonfinite = what == "nonfinite"
+
+    @ti.func
+    def test(x):
+        m = ti.bit_cast(ti.cast(x, F), I) & I(mask)
+        r = m > I(inf)
+        if ti.static(nonfinite):
+            r = m >= I(inf)
+        return r
+    return test
 
 
 UNARY = ("neg", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "softplus", "sqrt", "abs", "square",
-         "sign", "step", "reciprocal", "floor")
+         "sign", "step", "reciprocal", "floor", "finite_or_zero", "log1p", "expm1", "erf", "erfc", "sinh", "cosh",
+         "tan", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh")
+CLASSIFY = ("isnan", "isinf", "isfinite")  # float -> bool, on the bits (fast math folds x != x)
 
 
 VEC_OPS = ("tanh", "sigmoid")  # float32 rational forms: + - * / min max select only
@@ -142,6 +169,33 @@ def unary(op: str, x, out, n: int, dtype: str):
             return
     k = C.cached(("unary", op, dtype, serial), lambda: _build_unary(op, dtype, serial))
     k(x, out, n)
+
+
+def classify(op: str, x, out, n: int, dtype: str):
+    """out[i] = isnan | isinf | isfinite (x[i]) as uint8, from the bits of x[i]."""
+    serial = C.launch_mode(n, C.CHEAP)
+    k = C.cached(("classify", op, dtype, serial), lambda: _build_classify(op, dtype, serial))
+    k(x, out, n)
+
+
+def _build_classify(op, dtype, serial):
+    ti = C.ti()
+    A, B = C.arr(dtype), C.arr("bool")
+    f64 = dtype == "float64"
+    I, mask, inf = (ti.i64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000) if f64 else (ti.i32, 0x7FFFFFFF, 0x7F800000)
+
+    @ti.kernel
+    def k(x: A, out: B, n: ti.i32):
+        ti.loop_config(serialize=serial)
+        for i in range(n):
+            m = ti.bit_cast(x[i], I) & I(mask)
+            r = m < I(inf)  # isfinite
+            if ti.static(op == "isnan"):
+                r = m > I(inf)
+            elif ti.static(op == "isinf"):
+                r = m == I(inf)
+            out[i] = ti.cast(r, ti.u8)
+    return k
 
 
 def _first_call_vectorised(k, args):
@@ -207,8 +261,11 @@ def _build_unary(op, dtype, serial):
     return k
 
 
-def _binary_funcs():
+def _binary_funcs(dtype=None):
+    """Binary ti.funcs; ``dtype`` (the operands' dtype) matters only for ``ne`` (NaN test on floats)."""
     ti = C.ti()
+    floating = dtype in ("float32", "float64")
+    isnan = nan_test(dtype) if floating else None
 
     @ti.func
     def add(a, b):
@@ -240,13 +297,21 @@ def _binary_funcs():
                 r = ti.pow(a, b)  # NaN
         return r
 
+    # NaN propagates as in numpy (ti.max/ti.min return the other operand): when neither ordered compare
+    # holds, one operand is NaN and a + b is NaN. Ordered selects only: also valid on vectors.
     @ti.func
     def maximum(a, b):
-        return ti.max(a, b)
+        return ti.select(a < b, b, ti.select(a >= b, a, a + b))
 
     @ti.func
     def minimum(a, b):
-        return ti.min(a, b)
+        return ti.select(a > b, b, ti.select(a <= b, a, a + b))
+
+    # the derivative weight of maximum(a, b) in a: 1 where a wins, 1/2 on a tie, 0 where b wins (PyTorch),
+    # NaN where either is NaN
+    @ti.func
+    def max_weight(a, b):
+        return ti.select(a > b, 1.0, ti.select(a == b, 0.5, ti.select(a < b, 0.0, a + b)))
 
     @ti.func
     def lt(a, b):
@@ -269,13 +334,32 @@ def _binary_funcs():
         return ti.cast(a == b, ti.u8)
 
     @ti.func
-    def ne(a, b):
-        return ti.cast(a != b, ti.u8)
+    def ne(a, b):  # IEEE: true when either is NaN (Taichi's != is ordered, and fast math folds a != a)
+        r = a != b
+        if ti.static(floating):
+            r = r or isnan(a) or isnan(b)
+        return ti.cast(r, ti.u8)
+
+    @ti.func
+    def atan2(a, b):
+        return ti.atan2(a, b)
+
+    @ti.func
+    def ipow(a, b):  # integer power by squaring (b >= 0, checked by the caller)
+        r = a * 0 + 1
+        base = a
+        e = b
+        while e > 0:
+            if e & 1:
+                r *= base
+            base *= base
+            e >>= 1
+        return r
 
     # derivative products: g * f'(x) of a unary op in one pass instead of two
     @ti.func
-    def relu_grad(a, b):  # a * step(b)
-        return ti.select(b > 0, a, a * 0)  # a * 0 keeps mul-by-step's NaN for non-finite a
+    def relu_grad(a, b):  # a * step(b): 0 for b <= 0 (PyTorch), NaN for NaN b
+        return ti.select(b > 0, a, ti.select(b <= 0, a * 0, b))
 
     @ti.func
     def tanh_grad(a, b):  # a * (1 - b^2), b = tanh(x)
@@ -291,7 +375,8 @@ def _binary_funcs():
 
     return dict(add=add, sub=sub, mul=mul, div=div, pow=pow_, maximum=maximum, minimum=minimum,
                 lt=lt, le=le, gt=gt, ge=ge, eq=eq, ne=ne, relu_grad=relu_grad, tanh_grad=tanh_grad,
-                sigmoid_grad=sigmoid_grad, twice_mul=twice_mul)
+                sigmoid_grad=sigmoid_grad, twice_mul=twice_mul, max_weight=max_weight, atan2=atan2,
+                ipow=ipow)
 
 
 COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
@@ -354,7 +439,7 @@ def binary(op: str, x, y, out, xs, ys, outs, dtype: str, out_dtype: str):
 
 def _build_binary(op, dtype, out_dtype, mode, serial):
     ti = C.ti()
-    f = _binary_funcs()[op]
+    f = _binary_funcs(dtype)[op]
     A, O, I = C.arr(dtype), C.arr(out_dtype), C.arr("int32")
     if mode == "gen":
         @ti.kernel
@@ -416,8 +501,8 @@ def _unary_vec_funcs(dtype):
         return x * ti.cast(-1, T)
 
     @ti.func
-    def relu(x):  # scalar ti.max(x, 0.0): +0 for -0, 0 for NaN; a vector ti.max: -0 and NaN
-        return ti.select(x > 0, x, ti.cast(0, T))
+    def relu(x):  # as the scalar relu: +0 for -0, NaN for NaN (ordered compares only)
+        return ti.select(x > 0, x, ti.select(x <= 0, ti.cast(0, T), x))
 
     @ti.func
     def abs_(x):  # ti.abs: +0 for -0 (0 - x, not x * -1)

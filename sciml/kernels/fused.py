@@ -17,10 +17,16 @@ from . import elementwise as E
 
 UNARY = set(E.UNARY)
 BINARY = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})", "div": "({} / {})",
-          "pow": "ti.pow({}, {})", "maximum": "ti.max({}, {})", "minimum": "ti.min({}, {})",
+          "pow": "ti.pow({}, {})",
+          # NaN-propagating, as elementwise.maximum / minimum (ti.max / ti.min drop a NaN operand)
+          "maximum": "ti.select({0} < {1}, {1}, ti.select({0} >= {1}, {0}, {0} + {1}))",
+          "minimum": "ti.select({0} > {1}, {1}, ti.select({0} <= {1}, {0}, {0} + {1}))",
           # derivative products (the VJP/JVP kernels of relu, tanh, sigmoid, square): fused backward chains
-          "relu_grad": "ti.select({1} > 0, {0}, {0} * 0)", "tanh_grad": "({0} * (1 - {1} * {1}))",
-          "sigmoid_grad": "({0} * {1} * (1 - {1}))", "twice_mul": "(2 * {0} * {1})"}
+          "relu_grad": "ti.select({1} > 0, {0}, ti.select({1} <= 0, {0} * 0, {1}))",
+          "tanh_grad": "({0} * (1 - {1} * {1}))",
+          "sigmoid_grad": "({0} * {1} * (1 - {1}))", "twice_mul": "(2 * {0} * {1})",
+          "max_weight": "ti.select({0} > {1}, 1.0, ti.select({0} == {1}, 0.5, ti.select({0} < {1}, 0.0, {0} + {1})))",
+          "atan2": "ti.atan2({}, {})"}
 
 
 def cache_dir() -> str:

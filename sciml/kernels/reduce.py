@@ -13,13 +13,15 @@ def _combine(op):
     def add(a, b):
         return a + b
 
+    # NaN propagates (numpy's max/min): ti.max/ti.min would return the other operand; when neither ordered
+    # compare holds, one of a, b is NaN and so is a + b
     @ti.func
     def mx(a, b):
-        return ti.max(a, b)
+        return ti.select(a < b, b, ti.select(a >= b, a, a + b))
 
     @ti.func
     def mn(a, b):
-        return ti.min(a, b)
+        return ti.select(a > b, b, ti.select(a <= b, a, a + b))
 
     return {"sum": add, "max": mx, "min": mn}[op]
 

@@ -1,4 +1,8 @@
-"""Row-wise softmax, log-softmax and log-sum-exp over the last axis, one pass set per row."""
+"""Row-wise softmax, log-softmax and log-sum-exp over the last axis, one pass set per row.
+
+Non-finite values follow scipy.special: the row maximum propagates NaN; logsumexp and log_softmax
+shift by the maximum only where it is finite (so logsumexp([-inf, -inf]) = -inf and
+logsumexp([inf, 0]) = inf), softmax always shifts by it (softmax([inf, 0]) = [nan, nan])."""
 from . import _common as C
 
 
@@ -19,6 +23,10 @@ def _build(op, dtype, serial):
     A = C.arr(dtype)
     T = C.backend.ti_dtype(dtype)
 
+    from .elementwise import _binary_funcs, _funcs
+    mx = _binary_funcs(dtype)["maximum"]  # NaN-propagating
+    shift = _funcs(dtype)["finite_or_zero"]
+
     @ti.kernel
     def k(x: A, out: A, rows: ti.i32, cols: ti.i32):
         ti.loop_config(serialize=serial)
@@ -26,7 +34,9 @@ def _build(op, dtype, serial):
             base = r * cols
             m = x[base]
             for j in range(1, cols):
-                m = ti.max(m, x[base + j])
+                m = mx(m, x[base + j])
+            if ti.static(op != "softmax"):  # scipy: a non-finite max shifts by 0, so lse([-inf, -inf]) = -inf,
+                m = shift(m)                # lse([inf, 0]) = inf; softmax keeps scipy's plain shift
             s = ti.cast(0.0, T)
             for j in range(cols):
                 s += ti.exp(x[base + j] - m)
@@ -51,6 +61,8 @@ def _rowwise_long(op, x, out, rows, cols, dtype):
     n = rows * cols
     m = backend.empty(rows, dtype)
     R.reduce("max", x, m, rows, cols, 1, dtype)
+    if op != "softmax":  # the shift of the row kernel
+        E.unary("finite_or_zero", m, m, rows, dtype)
     sh = backend.empty(n, dtype)
     E.binary("sub", x, m, sh, (rows, cols), (rows, 1), (rows, cols), dtype, dtype)
     e = backend.empty(n, dtype)

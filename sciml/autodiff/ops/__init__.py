@@ -1,8 +1,9 @@
 """sciml ops: every function here is built from primitives whose rules are sciml ops."""
 from .. import tensor as _tensor_mod
-from .elementwise import (abs, add, astype, clip, cos, div, equal, exp, floor, greater, greater_equal, less,
-                          less_equal, log, maximum, minimum, mul, neg, not_equal, pow, reciprocal, relu, sigmoid,
-                          sign, sin, softplus, sqrt, square, step, sub, sum_to, tanh, where)
+from .elementwise import (abs, add, arccos, arccosh, arcsin, arcsinh, arctan, arctanh, astype, atan2, clip, cos,
+                          cosh, div, equal, erf, erfc, exp, expm1, floor, greater, greater_equal, isfinite, isinf,
+                          isnan, less, less_equal, log, log1p, maximum, minimum, mul, neg, not_equal, pow, reciprocal,
+                          relu, sigmoid, sign, sin, sinh, softplus, sqrt, square, step, sub, sum_to, tan, tanh, where)
 from .linalg import dot, matmul, use_blas
 from .nn import gelu, log_softmax, logsumexp, silu, softmax
 from .reduce import broadcast_to, max, mean, min, reshape, sum, var
@@ -18,3 +19,21 @@ for _name, _fn in list(globals().items()):
     if callable(_fn) and not _name.startswith("_"):
         setattr(_Methods, _name, staticmethod(_fn))
 _tensor_mod.ops = _Methods
+
+
+# Tensor methods of the elementwise ops that tensor.py does not define itself (x.erf(), x.isnan(), ...)
+_METHODS = ("log1p", "expm1", "erf", "erfc", "tan", "sinh", "cosh", "arcsin", "arccos", "arctan", "arcsinh",
+            "arccosh", "arctanh", "isnan", "isinf", "isfinite", "sign", "sigmoid", "relu", "floor", "reciprocal")
+
+
+def _method(fn):
+    def m(self):
+        return fn(self)
+    m.__name__ = fn.__name__
+    m.__doc__ = fn.__doc__
+    return m
+
+
+for _name in _METHODS:
+    if not hasattr(_tensor_mod.Tensor, _name):
+        setattr(_tensor_mod.Tensor, _name, _method(globals()[_name]))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 from ... import backend
 from ...kernels import elementwise as E
@@ -75,6 +76,44 @@ reciprocal = _unary("reciprocal", lambda x, out: -square(out))
 sign = _unary("sign", None)
 step = _unary("step", None)
 floor = _unary("floor", None)
+_TWO_RSQPI = 2.0 / math.sqrt(math.pi)
+log1p = _unary("log1p", lambda x, out: reciprocal(1.0 + x))
+expm1 = _unary("expm1", lambda x, out: exp(x))
+erf = _unary("erf", lambda x, out: _TWO_RSQPI * exp(-square(x)))
+erfc = _unary("erfc", lambda x, out: -_TWO_RSQPI * exp(-square(x)))
+tan = _unary("tan", lambda x, out: 1.0 + square(out))
+sinh = _unary("sinh", lambda x, out: cosh(x))
+cosh = _unary("cosh", lambda x, out: sinh(x))
+arcsin = _unary("arcsin", lambda x, out: reciprocal(sqrt(1.0 - square(x))))
+arccos = _unary("arccos", lambda x, out: -reciprocal(sqrt(1.0 - square(x))))
+arctan = _unary("arctan", lambda x, out: reciprocal(1.0 + square(x)))
+arcsinh = _unary("arcsinh", lambda x, out: reciprocal(sqrt(square(x) + 1.0)))
+arccosh = _unary("arccosh", lambda x, out: reciprocal(sqrt(square(x) - 1.0)))
+arctanh = _unary("arctanh", lambda x, out: reciprocal(1.0 - square(x)))
+_finite_or_zero = _unary("finite_or_zero", None)  # logsumexp's shift (internal)
+
+
+def _classify(op):
+    def forward(x):
+        out = backend.empty(x.size, "bool")
+        if x.size:
+            E.classify(op, x._buf, out, x.size, x.dtype)
+        return out, x.shape, "bool"
+    prim = Primitive(op, forward, order=0)
+
+    def fn(x):
+        """numpy's ``{op}``: a bool Tensor, elementwise (integers are finite, never NaN or inf)."""
+        x = as_tensor(x)
+        if x.dtype not in ("float32", "float64"):
+            from ...runtime import default_dtype
+            x = x.astype(default_dtype())
+        return prim(x)
+    fn.__name__ = op
+    fn.__doc__ = fn.__doc__.format(op=op)
+    return fn
+
+
+isnan, isinf, isfinite = _classify("isnan"), _classify("isinf"), _classify("isfinite")
 
 
 # --- binary ------------------------------------------------------------------------------
@@ -193,8 +232,20 @@ sub = _binary("sub", lambda g, x, y, out: (g, -g if needs(1) else None),
               lambda ts, x, y, out: _lin(*ts, out, lambda t: t, lambda t: -t))
 mul = _binary("mul", lambda g, x, y, out: (g * y if needs(0) else None, g * x if needs(1) else None),
               lambda ts, x, y, out: _lin(*ts, out, lambda t: t * y, lambda t: x * t))
-div = _binary("div", lambda g, x, y, out: (g / y if needs(0) else None, -(g * out) / y if needs(1) else None),
-              lambda ts, x, y, out: _lin(*ts, out, lambda t: t / y, lambda t: -(out * t) / y))
+_div = _binary("div", lambda g, x, y, out: (g / y if needs(0) else None, -(g * out) / y if needs(1) else None),
+               lambda ts, x, y, out: _lin(*ts, out, lambda t: t / y, lambda t: -(out * t) / y))
+
+
+def div(x, y):
+    """x / y elementwise: true division, as numpy (integer operands give the default float dtype)."""
+    x, y = operands("div", x, y)
+    if x.dtype not in ("float32", "float64"):
+        from ...runtime import default_dtype
+        x, y = x.astype(default_dtype()), y.astype(default_dtype())
+    return _div(x, y)
+
+
+div.primitive = _div.primitive
 
 
 # derivative products g * f'(.) as one binary kernel each (one pass instead of f' then *); their
@@ -216,54 +267,105 @@ sigmoid_grad = _binary("sigmoid_grad", lambda g, x, y, out: (sigmoid_grad(g, y) 
 
 
 def _pow_dx(x, y):
-    return y * pow(x, y - 1.0)
+    """d/dx x**y = y x**(y-1), and 0 where y == 0 (PyTorch: also at x = 0, where 0 * 0**-1 would be NaN).
+    The masked branch sees x = 1 there, so second derivatives stay finite too."""
+    z = y == 0.0
+    return where(z, 0.0, y * pow(where(z, 1.0, x), y - 1.0))
 
 
-def _pow_dy(x, out):
-    safe = where(x > 0, x, 1.0)
-    return where(x > 0, out * log(safe), 0.0)
+def _pow_dy(x, y, out):
+    """d/dy x**y = x**y log(x), and 0 where x == 0 and y >= 0 (PyTorch); NaN for x < 0 (log of a negative)."""
+    z = logical_and(equal(x, 0.0), greater_equal(y, 0.0))
+    return where(z, 0.0, out * log(where(z, 1.0, x)))
+
+
+def logical_and(a, b):
+    return where(a, b, False)
 
 
 _pow_b = _binary("pow", lambda g, x, y, out: (g * _pow_dx(x, y) if needs(0) else None,
-                                             g * _pow_dy(x, out) if needs(1) else None),
-                 lambda ts, x, y, out: _lin(*ts, out, lambda t: t * _pow_dx(x, y), lambda t: t * _pow_dy(x, out)))
+                                             g * _pow_dy(x, y, out) if needs(1) else None),
+                 lambda ts, x, y, out: _lin(*ts, out, lambda t: t * _pow_dx(x, y), lambda t: t * _pow_dy(x, y, out)))
+# x ** c for a Python number c != 0 (the common x ** 3, x ** -0.5): the plain rule c x**(c-1), no masks
+_pow_c = _binary("pow", lambda g, x, y, out: (g * (y * pow(x, y - 1.0)) if needs(0) else None, None),
+                 lambda ts, x, y, out: _lin(ts[0], None, out, lambda t: t * (y * pow(x, y - 1.0)), None))
+_ipow = Primitive("ipow", _binary_forward("ipow"), order=0)
 
 
 def pow(x, y):
-    """x ** y elementwise; ``x ** 2`` and ``x ** 0.5`` use square and sqrt."""
-    if isinstance(y, (int, float)) and not isinstance(y, bool) and isinstance(x, Tensor) and x.dtype != "int32":
-        if y == 2:
-            return square(x)
-        if y == 1:
-            return x
-        if y == 0.5:
-            return sqrt(x)
-        if y == -1:
-            return reciprocal(x)
+    """x ** y elementwise, as numpy: integer ** non-negative integer stays integer; ``x ** 2``, ``x ** 0.5``
+    use square and sqrt. Derivatives follow PyTorch where numpy has none (see docs/CORE.md)."""
+    if isinstance(y, numbers.Number) and not isinstance(y, bool) and isinstance(x, Tensor):
+        if x.dtype in ("float32", "float64"):
+            if y == 2:
+                return square(x)
+            if y == 1:
+                return x
+            if y == 0.5:
+                return sqrt(x)
+            if y == -1:
+                return reciprocal(x)
+            if y == 0:  # 1 everywhere (NaN ** 0 = 1, as numpy), zero derivative
+                from ..tensor import ones_like
+                return ones_like(x)
+            if math.isfinite(y):
+                return _pow_c(x, y)
+    x, y = operands("pow", x, y)
+    if x.dtype in ("int32", "bool"):
+        x, y = x.astype("int32"), y.astype("int32")
+        if y.size and int(min_value(y)) < 0:
+            raise ValueError("pow: integers to negative integer powers are not allowed (as in numpy); "
+                             "use a float base, e.g. x.astype('float32') ** y.")
+        return _ipow(x, y)
     return _pow_b(x, y)
 
 
-maximum = _binary("maximum", lambda g, x, y, out: (g * _w(x > y, x == y, g), g * _w(y > x, x == y, g)),
-                  lambda ts, x, y, out: _lin(*ts, out, lambda t: t * _w(x > y, x == y, t),
-                                             lambda t: t * _w(y > x, x == y, t)))
-minimum = _binary("minimum", lambda g, x, y, out: (g * _w(x < y, x == y, g), g * _w(y < x, x == y, g)),
-                  lambda ts, x, y, out: _lin(*ts, out, lambda t: t * _w(x < y, x == y, t),
-                                             lambda t: t * _w(y < x, x == y, t)))
+def min_value(y):
+    """The smallest entry of an int Tensor (a host read: integer exponents are never differentiated)."""
+    import numpy as np
+    return np.min(y.numpy())
 
 
-def _w(win, tie, like):
-    """Weight 1 where ``win``, 0.5 on ties, else 0, in ``like``'s dtype."""
-    from ..tensor import scalar
-    return _where(win, scalar(1.0, like.dtype), _where(tie, scalar(0.5, like.dtype), scalar(0.0, like.dtype)))
+# derivative weight of maximum(a, b) in a (kernel max_weight): 1 where a wins, 1/2 on ties (PyTorch), 0 where
+# b wins, NaN where a or b is NaN; piecewise constant, so no derivative of its own
+_max_weight = Primitive("max_weight", _binary_forward("max_weight"), order=0)
+maximum = _binary("maximum", lambda g, x, y, out: (g * _max_weight(x, y) if needs(0) else None,
+                                                   g * _max_weight(y, x) if needs(1) else None),
+                  lambda ts, x, y, out: _lin(*ts, out, lambda t: t * _max_weight(x, y),
+                                             lambda t: t * _max_weight(y, x)))
+minimum = _binary("minimum", lambda g, x, y, out: (g * _max_weight(y, x) if needs(0) else None,
+                                                   g * _max_weight(x, y) if needs(1) else None),
+                  lambda ts, x, y, out: _lin(*ts, out, lambda t: t * _max_weight(y, x),
+                                             lambda t: t * _max_weight(x, y)))
 
 
 def clip(x, lo=None, hi=None):
-    """Clamp ``x`` to [lo, hi] (either may be None)."""
+    """Clamp ``x`` to [lo, hi] (either may be None), as ``numpy.clip``: NaN stays NaN, lo > hi gives hi.
+    The derivative is 1 on the closed interval [lo, hi], bounds included (PyTorch's clamp), 0 outside."""
+    x = as_tensor(x)
     if lo is not None:
-        x = maximum(x, lo)
+        x = where(less(x, lo), lo, x)
     if hi is not None:
-        x = minimum(x, hi)
+        x = where(greater(x, hi), hi, x)
     return x
+
+
+_atan2 = _binary("atan2", lambda g, x, y, out: (g * y / (square(x) + square(y)) if needs(0) else None,
+                                               -(g * x) / (square(x) + square(y)) if needs(1) else None),
+                lambda ts, x, y, out: _lin(*ts, out, lambda t: t * y / (square(x) + square(y)),
+                                           lambda t: -(t * x) / (square(x) + square(y))))
+
+
+def atan2(x, y):
+    """arctan(x / y) elementwise in the quadrant of the point (y, x), as ``numpy.arctan2(x, y)``."""
+    x, y = operands("atan2", x, y)
+    if x.dtype not in ("float32", "float64"):
+        from ...runtime import default_dtype
+        x, y = x.astype(default_dtype()), y.astype(default_dtype())
+    return _atan2(x, y)
+
+
+atan2.primitive = _atan2.primitive
 
 
 # --- comparisons, where ------------------------------------------------------------------
