@@ -39,6 +39,8 @@ class DataLoader:
             if a.ndim == 0 or a.shape[0] != n:
                 raise ValueError(f"DataLoader: array {i} has shape {a.shape}; expected first dimension {n} like "
                                  "array 0 (one row per sample).")
+            if a.dtype.kind not in "biuf":
+                raise TypeError(f"DataLoader: array {i} has dtype {a.dtype}; expected numbers (float, int or bool).")
         self.n, self.batch_size = n, _positive_int("DataLoader", "batch_size", batch_size)
         if not isinstance(seed, (numbers.Integral, np.integer)) or isinstance(seed, bool):
             raise TypeError(f"DataLoader: seed={seed!r} ({type(seed).__name__}); expected an integer.")

@@ -246,8 +246,13 @@ def tensor(data, dtype=None) -> Tensor:
         dt = canonical_dtype(dtype)
     if dt in ("float32", "float64") and a.dtype.kind not in "fiub":
         raise TypeError(f"sciml.tensor(data): got numpy dtype {a.dtype}; expected numbers.")
-    if dt == "int32" and a.size and np.issubdtype(a.dtype, np.integer) and (a.max() > 2**31 - 1 or a.min() < -2**31):
-        raise ValueError("sciml.tensor(data): integer values do not fit in int32.")
+    if dt == "int32" and a.size and a.dtype.kind in "iuf":
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise ValueError("sciml.tensor(data): NaN or infinite values cannot be stored in dtype int32.")
+        if a.max() > 2**31 - 1 or a.min() < -2**31:
+            raise ValueError("sciml.tensor(data): integer values do not fit in int32.")
+    if dt == "bool" and a.dtype != np.bool_:
+        a = a.astype(np.bool_)  # nonzero -> True, as numpy's cast
     return Tensor._make(backend.from_numpy(a, dt), tuple(int(s) for s in a.shape), dt)
 
 
@@ -386,6 +391,10 @@ def arange(start, stop=None, step=1, dtype=None) -> Tensor:
     step = _real("arange", "step", step)
     if step == 0:
         raise ValueError("arange: step=0; expected a nonzero step.")
+    lo, hi = (0, start) if stop is None else (start, stop)
+    n = max(0, math.ceil((hi - lo) / step))
+    if n > 2**31 - 1:
+        raise ValueError(f"arange: {n} elements; expected at most 2**31 - 1.")
     a = np.arange(start, stop, step) if stop is not None else np.arange(start, step=step)
     return tensor(a, dtype)
 
@@ -404,10 +413,20 @@ def eye(n, m=None, dtype=None) -> Tensor:
     return tensor(np.eye(n, m), dtype or runtime.default_dtype())
 
 
-def _gen(seed):
+def _gen(seed, name="rand"):
+    if seed is not None and (not isinstance(seed, (numbers.Integral, np.integer)) or isinstance(seed, bool)
+                             or seed < 0):
+        raise TypeError(f"{name}: seed={seed!r} ({type(seed).__name__}); expected a non-negative integer or None.")
     if seed is None:
         backend.traced_random("sciml.rand/randn from the default stream")
     return runtime.default_rng() if seed is None else np.random.default_rng(seed)
+
+
+def _float_dtype(name, dtype):
+    dt = canonical_dtype(dtype)
+    if dt not in ("float32", "float64"):
+        raise TypeError(f"{name}: dtype={dtype!r}; expected float32 or float64 (random draws are floats).")
+    return dt
 
 
 def rand(*shape, seed=None, dtype=None) -> Tensor:
@@ -415,11 +434,11 @@ def rand(*shape, seed=None, dtype=None) -> Tensor:
     gives the same values on every arch."""
     shape = _shape_arg(shape[0] if len(shape) == 1 and not isinstance(shape[0], numbers.Integral) else shape,
                        "rand")
-    return tensor(_gen(seed).random(shape), dtype or runtime.default_dtype())
+    return tensor(_gen(seed).random(shape), _float_dtype("rand", dtype))
 
 
 def randn(*shape, seed=None, dtype=None) -> Tensor:
     """Standard normal samples (see :func:`rand` for seeding)."""
     shape = _shape_arg(shape[0] if len(shape) == 1 and not isinstance(shape[0], numbers.Integral) else shape,
                        "randn")
-    return tensor(_gen(seed).standard_normal(shape), dtype or runtime.default_dtype())
+    return tensor(_gen(seed, "randn").standard_normal(shape), _float_dtype("randn", dtype))

@@ -165,6 +165,9 @@ def value_and_grad(f, argnums=0, has_aux=False):
             raise TypeError(f"grad(f) needs f to return a scalar Tensor, got {type(value).__name__}.")
         if value.size != 1 or value.ndim > 1:
             raise ValueError(GRAD_SCALAR.format(shape=value.shape))
+        if value.dtype not in ("float32", "float64"):
+            raise TypeError(f"grad(f) needs f to return a float scalar, got dtype {value.dtype}; an integer or bool "
+                            "output has no derivative.")
         from .tensor import ones
         grads = pull(ones(value.shape, value.dtype))
         grads = grads[0] if single else grads
@@ -211,6 +214,10 @@ def jvp(f, primals, tangents, has_aux=False):
         for a, b in zip(pl, tl):
             a = _to_tensor("jvp", a)
             b = as_tensor(b, a.dtype)
+            if b.dtype != a.dtype:
+                if b.dtype in ("float32", "float64"):
+                    raise TypeError(f"jvp: tangent of dtype {b.dtype} for a primal of dtype {a.dtype}.")
+                b = b.astype(a.dtype)
             if b.shape != a.shape:
                 raise ValueError(f"jvp: tangent of shape {b.shape} for a primal of shape {a.shape}.")
             tg = dict(a._tangents or {})

@@ -155,8 +155,9 @@ for _p in (_max1, _min1):
 
 def _reduce(name, prim, x, axis, keepdims):
     x = as_tensor(x)
-    if x.dtype == "bool":
-        x = x.astype("int32")
+    if x.dtype == "bool":  # as numpy: sum counts (int), max / min stay bool
+        r = _reduce(name, prim, x.astype("int32"), axis, keepdims)
+        return r if name == "sum" else r.astype("bool")
     axes = norm_axis(name, axis, x.ndim)
     if x.ndim == 0:
         return x
