@@ -13,7 +13,8 @@ from .autodiff.ops import (abs, add, astype, broadcast_to, clip, concat, cos, di
                            greater, greater_equal, less, less_equal, log, log_softmax, logsumexp, matmul, max,
                            maximum, mean, min, minimum, moveaxis, mul, neg, not_equal, pow, reciprocal, relu,
                            reshape, scatter_add, sigmoid, sign, silu, sin, softmax, softplus, split, sqrt, square,
-                           squeeze, stack, sub, sum, take, tanh, transpose, unsqueeze, var, where)
+                           squeeze, stack, sub, sum, take, take_along_axis, tanh, transpose, unsqueeze, var,
+                           where)
 
 from .autodiff.ops import (arccos, arccosh, arcsin, arcsinh, arctan, arctanh, atan2, cosh, erf, erfc, expm1,
                            isfinite, isinf, isnan, log1p, sinh, tan)

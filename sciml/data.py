@@ -9,6 +9,7 @@ as an uninterrupted one (``loader.set_epoch(e)``; iterating advances the epoch b
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -38,9 +39,11 @@ class DataLoader:
             if a.ndim == 0 or a.shape[0] != n:
                 raise ValueError(f"DataLoader: array {i} has shape {a.shape}; expected first dimension {n} like "
                                  "array 0 (one row per sample).")
-        if int(batch_size) <= 0:
-            raise ValueError(f"DataLoader: batch_size={batch_size}; expected a positive integer.")
-        self.n, self.batch_size = n, int(batch_size)
+            if a.dtype.kind not in "biuf":
+                raise TypeError(f"DataLoader: array {i} has dtype {a.dtype}; expected numbers (float, int or bool).")
+        self.n, self.batch_size = n, _positive_int("DataLoader", "batch_size", batch_size)
+        if not isinstance(seed, (numbers.Integral, np.integer)) or isinstance(seed, bool):
+            raise TypeError(f"DataLoader: seed={seed!r} ({type(seed).__name__}); expected an integer.")
         self.shuffle, self.seed, self.drop_last, self.dtype = bool(shuffle), int(seed), bool(drop_last), dtype
         self.epoch = 0
 
@@ -76,15 +79,48 @@ class DataLoader:
         return self.batches(e)
 
 
+def _positive_int(name, arg, v):
+    if not isinstance(v, (numbers.Integral, np.integer)) or isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{name}: {arg}={v!r} ({type(v).__name__}); expected a positive integer.")
+    if v <= 0:
+        raise ValueError(f"{name}: {arg}={v}; expected a positive integer.")
+    return int(v)
+
+
 def train_test_split(*arrays, test_size=0.25, seed=0):
     """Split aligned arrays into train and test parts with a seeded permutation:
-    returns (a_train, a_test, b_train, b_test, ...)."""
-    n = np.asarray(arrays[0]).shape[0]
+    returns (a_train, a_test, b_train, b_test, ...).
+
+    Args:
+        test_size: a fraction in (0, 1) of the rows, or a whole number of rows in [0, n].
+    """
+    if not arrays:
+        raise ValueError("train_test_split: got no arrays; expected e.g. train_test_split(X, y, test_size=0.25).")
+    arrays = [np.asarray(a) for a in arrays]
+    if arrays[0].ndim == 0:
+        raise ValueError("train_test_split: array 0 is 0-d; expected one row per sample.")
+    n = arrays[0].shape[0]
+    for i, a in enumerate(arrays):
+        if a.ndim == 0 or a.shape[0] != n:
+            raise ValueError(f"train_test_split: array {i} has shape {a.shape}; expected first dimension {n} like "
+                             "array 0 (one row per sample).")
+    if isinstance(test_size, (bool, np.bool_)) or not isinstance(test_size, (numbers.Real, np.number)):
+        raise TypeError(f"train_test_split: test_size={test_size!r} ({type(test_size).__name__}); expected a "
+                        "fraction in (0, 1) or a number of rows.")
+    if isinstance(test_size, (numbers.Integral, np.integer)):
+        if not 0 <= test_size <= n:
+            raise ValueError(f"train_test_split: test_size={test_size} rows; expected 0 <= test_size <= {n}.")
+        k = int(test_size)
+    else:
+        if not 0.0 < test_size < 1.0:
+            raise ValueError(f"train_test_split: test_size={test_size}; expected a fraction in (0, 1) or a whole "
+                             f"number of rows in [0, {n}].")
+        k = int(round(n * test_size))
+    if not isinstance(seed, (numbers.Integral, np.integer)) or isinstance(seed, bool):
+        raise TypeError(f"train_test_split: seed={seed!r} ({type(seed).__name__}); expected an integer.")
     perm = np.random.default_rng(seed).permutation(n)
-    k = int(round(n * test_size)) if test_size < 1 else int(test_size)
     te, tr = perm[:k], perm[k:]
     out = []
     for a in arrays:
-        a = np.asarray(a)
         out += [a[tr], a[te]]
     return out

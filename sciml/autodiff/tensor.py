@@ -170,6 +170,13 @@ class Tensor:
     __hash__ = object.__hash__
     def __getitem__(self, idx): return ops.getitem(self, idx)
 
+    @property
+    def at(self):
+        """Functional updates (JAX): ``x.at[idx].set(v)``, ``.add``, ``.multiply``, ``.min``, ``.max``, ``.get``
+        return a new Tensor (``x`` is unchanged), differentiable in ``x`` and ``v``."""
+        from .ops.indexing import _At
+        return _At(self)
+
     def __iter__(self):
         for i in range(len(self)):
             yield self[i]
@@ -221,7 +228,11 @@ def tensor(data, dtype=None) -> Tensor:
     """
     if isinstance(data, Tensor):
         return data if dtype is None or canonical_dtype(dtype) == data.dtype else data.astype(dtype)
-    a = np.asarray(data)
+    try:
+        a = np.asarray(data)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"sciml.tensor(data): could not make an array of {type(data).__name__} data ({e}); "
+                         "expected numbers or equally long nested sequences of numbers.") from None
     if dtype is None:
         if a.dtype == np.bool_:
             dt = "bool"
@@ -235,8 +246,13 @@ def tensor(data, dtype=None) -> Tensor:
         dt = canonical_dtype(dtype)
     if dt in ("float32", "float64") and a.dtype.kind not in "fiub":
         raise TypeError(f"sciml.tensor(data): got numpy dtype {a.dtype}; expected numbers.")
-    if dt == "int32" and a.size and np.issubdtype(a.dtype, np.integer) and (a.max() > 2**31 - 1 or a.min() < -2**31):
-        raise ValueError("sciml.tensor(data): integer values do not fit in int32.")
+    if dt == "int32" and a.size and a.dtype.kind in "iuf":
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise ValueError("sciml.tensor(data): NaN or infinite values cannot be stored in dtype int32.")
+        if a.max() > 2**31 - 1 or a.min() < -2**31:
+            raise ValueError("sciml.tensor(data): integer values do not fit in int32.")
+    if dt == "bool" and a.dtype != np.bool_:
+        a = a.astype(np.bool_)  # nonzero -> True, as numpy's cast
     return Tensor._make(backend.from_numpy(a, dt), tuple(int(s) for s in a.shape), dt)
 
 
@@ -263,73 +279,166 @@ def scalar(v, dtype: str) -> Tensor:
     return t
 
 
-def _shape_arg(shape):
-    if isinstance(shape, numbers.Integral):
-        return (int(shape),)
-    try:
-        shape = tuple(int(s) for s in shape)
-    except TypeError:
-        raise TypeError(f"shape: got {shape!r}; expected an int or a tuple of ints.") from None
-    if any(s < 0 for s in shape):
-        raise ValueError(f"shape: got {shape}; sizes must be >= 0.")
-    return shape
+def _is_int(v) -> bool:
+    return isinstance(v, (numbers.Integral, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def check_int(name, arg, v, minimum=None):
+    """``v`` as a Python int; a bool, float or anything else is a TypeError naming ``arg``."""
+    if not _is_int(v):
+        raise TypeError(f"{name}: {arg}={v!r} ({type(v).__name__}); expected an integer.")
+    v = int(v)
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{name}: {arg}={v}; expected an integer >= {minimum}.")
+    return v
+
+
+def shape_tuple(name, shape, arg="shape"):
+    """A shape as a tuple of non-negative ints from an int or a sequence of ints."""
+    if _is_int(shape):
+        shape = (shape,)
+    elif isinstance(shape, np.ndarray) and shape.ndim == 1:
+        shape = tuple(shape.tolist())
+    elif not isinstance(shape, (tuple, list)):
+        raise TypeError(f"{name}: {arg}={shape!r} ({type(shape).__name__}); expected an int or a tuple of ints.")
+    out = []
+    for s in shape:
+        if not _is_int(s):
+            raise TypeError(f"{name}: {arg}={tuple(shape)!r} holds {s!r} ({type(s).__name__}); "
+                            "expected integers.")
+        if s < 0:
+            raise ValueError(f"{name}: {arg}={tuple(shape)!r} has a negative size {s}; expected sizes >= 0.")
+        out.append(int(s))
+    return tuple(out)
+
+
+def _shape_arg(shape, name="shape"):
+    return shape_tuple(name, shape)
+
+
+def _fill_value(name, value, dt):
+    """``value`` as the Python number a fill kernel of dtype ``dt`` takes (numpy's casts; NaN, inf
+    or out-of-range values for int32 are errors)."""
+    if isinstance(value, Tensor) and value.size == 1:
+        value = value.item()
+    elif isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(()).item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: fill value {value!r} ({type(value).__name__}); expected a real number.")
+    if dt == "bool":
+        return int(bool(value))
+    if dt == "int32":
+        if not math.isfinite(value):
+            raise ValueError(f"{name}: fill value {value} cannot be stored in dtype int32.")
+        v = int(value)
+        if not -2**31 <= v < 2**31:
+            raise ValueError(f"{name}: fill value {value} does not fit in int32.")
+        return v
+    return float(value)
 
 
 def full(shape, value, dtype=None) -> Tensor:
+    """A Tensor of ``shape`` filled with ``value`` (a real number; dtype as in :func:`tensor`)."""
     from ..kernels import elementwise as E
-    shape, dt = _shape_arg(shape), canonical_dtype(dtype)
+    shape, dt = _shape_arg(shape, "full"), canonical_dtype(dtype)
+    value = _fill_value("full", value, dt)
     n = math.prod(shape)
+    if not n:
+        return Tensor._make(backend.empty(0, dt), shape, dt)
+    if value == 0:
+        return Tensor._make(backend.zeros(n, dt), shape, dt)
     buf = backend.empty(n, dt)
-    if n:
-        E.fill(buf, value, n, dt)
+    E.fill(buf, value, n, dt)
     return Tensor._make(buf, shape, dt)
 
 
 def zeros(shape, dtype=None) -> Tensor:
-    shape, dt = _shape_arg(shape), canonical_dtype(dtype)
+    """A Tensor of zeros (shape: an int or a tuple of ints)."""
+    shape, dt = _shape_arg(shape, "zeros"), canonical_dtype(dtype)
     return Tensor._make(backend.zeros(math.prod(shape), dt), shape, dt)
 
 
 def ones(shape, dtype=None) -> Tensor:
-    return full(shape, 1.0, dtype)
+    """A Tensor of ones (shape: an int or a tuple of ints)."""
+    shape = _shape_arg(shape, "ones")
+    return full(shape, 1, dtype)
 
 
 def zeros_like(x: Tensor, dtype=None) -> Tensor:
-    return zeros(x.shape, dtype or x.dtype)
+    return zeros(as_tensor(x).shape, dtype or as_tensor(x).dtype)
 
 
 def ones_like(x: Tensor, dtype=None) -> Tensor:
-    return ones(x.shape, dtype or x.dtype)
+    return ones(as_tensor(x).shape, dtype or as_tensor(x).dtype)
+
+
+def _real(name, arg, v):
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{name}: {arg}={v!r} ({type(v).__name__}); expected a real number.")
+    if not math.isfinite(v):
+        raise ValueError(f"{name}: {arg}={v}; expected a finite number.")
+    return v
 
 
 def arange(start, stop=None, step=1, dtype=None) -> Tensor:
     """Like numpy.arange: int32 for integer arguments, the default float dtype otherwise."""
-    a = np.arange(start, stop, step) if stop is not None else np.arange(start)
+    start = _real("arange", "start", start)
+    stop = None if stop is None else _real("arange", "stop", stop)
+    step = _real("arange", "step", step)
+    if step == 0:
+        raise ValueError("arange: step=0; expected a nonzero step.")
+    lo, hi = (0, start) if stop is None else (start, stop)
+    n = max(0, math.ceil((hi - lo) / step))
+    if n > 2**31 - 1:
+        raise ValueError(f"arange: {n} elements; expected at most 2**31 - 1.")
+    a = np.arange(start, stop, step) if stop is not None else np.arange(start, step=step)
     return tensor(a, dtype)
 
 
 def linspace(start, stop, num=50, dtype=None) -> Tensor:
-    return tensor(np.linspace(start, stop, int(num)), dtype or runtime.default_dtype())
+    """``num`` evenly spaced values from ``start`` to ``stop`` inclusive (numpy.linspace)."""
+    start, stop = _real("linspace", "start", start), _real("linspace", "stop", stop)
+    num = check_int("linspace", "num", num, 0)
+    return tensor(np.linspace(start, stop, num), dtype or runtime.default_dtype())
 
 
 def eye(n, m=None, dtype=None) -> Tensor:
+    """The identity matrix of shape (n, m) (m defaults to n)."""
+    n = check_int("eye", "n", n, 0)
+    m = n if m is None else check_int("eye", "m", m, 0)
     return tensor(np.eye(n, m), dtype or runtime.default_dtype())
 
 
-def _gen(seed):
+def _gen(seed, name="rand"):
+    if seed is not None and (not isinstance(seed, (numbers.Integral, np.integer)) or isinstance(seed, bool)
+                             or seed < 0):
+        raise TypeError(f"{name}: seed={seed!r} ({type(seed).__name__}); expected a non-negative integer or None.")
     if seed is None:
         backend.traced_random("sciml.rand/randn from the default stream")
     return runtime.default_rng() if seed is None else np.random.default_rng(seed)
 
 
+def _float_dtype(name, dtype):
+    dt = canonical_dtype(dtype)
+    if dt not in ("float32", "float64"):
+        raise TypeError(f"{name}: dtype={dtype!r}; expected float32 or float64 (random draws are floats).")
+    return dt
+
+
 def rand(*shape, seed=None, dtype=None) -> Tensor:
     """Uniform [0, 1) samples. Random numbers come from numpy's PCG64 stream (seeded), so a seed
     gives the same values on every arch."""
-    shape = _shape_arg(shape[0] if len(shape) == 1 and not isinstance(shape[0], numbers.Integral) else shape)
-    return tensor(_gen(seed).random(shape), dtype or runtime.default_dtype())
+    shape = _shape_arg(shape[0] if len(shape) == 1 and not isinstance(shape[0], numbers.Integral) else shape,
+                       "rand")
+    return tensor(_gen(seed).random(shape), _float_dtype("rand", dtype))
 
 
 def randn(*shape, seed=None, dtype=None) -> Tensor:
     """Standard normal samples (see :func:`rand` for seeding)."""
-    shape = _shape_arg(shape[0] if len(shape) == 1 and not isinstance(shape[0], numbers.Integral) else shape)
-    return tensor(_gen(seed).standard_normal(shape), dtype or runtime.default_dtype())
+    shape = _shape_arg(shape[0] if len(shape) == 1 and not isinstance(shape[0], numbers.Integral) else shape,
+                       "randn")
+    return tensor(_gen(seed, "randn").standard_normal(shape), _float_dtype("randn", dtype))

@@ -28,11 +28,28 @@ def _leaf_error(where, x):
 
 
 def _to_tensor(where, x):
+    """A differentiated leaf as a float Tensor (numbers and numpy arrays are converted to the default
+    float dtype; an int32 or bool Tensor is an error)."""
     if isinstance(x, Tensor):
+        if x.dtype not in ("float32", "float64"):
+            raise TypeError(f"{where}: got a Tensor of dtype {x.dtype} to differentiate with respect to; expected "
+                            "float32 or float64 (derivatives exist for float inputs only: make it with "
+                            "sm.tensor(..., 'float32') or x.astype('float32')).")
         return x
-    if isinstance(x, (numbers.Number, np.ndarray, np.generic)) and not isinstance(x, bool):
-        return tensor(x) if not (isinstance(x, np.ndarray) and x.dtype.kind in "iub") else tensor(x, "float")
+    if isinstance(x, (numbers.Number, np.ndarray, np.generic)) and not isinstance(x, (bool, np.bool_)):
+        if isinstance(x, numbers.Complex) and not isinstance(x, numbers.Real):
+            raise _leaf_error(where, x)
+        if isinstance(x, np.ndarray) and x.dtype.kind not in "iuf":
+            raise _leaf_error(where, x)
+        return tensor(x, "float")
     raise _leaf_error(where, x)
+
+
+def _check_diff_args(where, args, nums):
+    for i in nums:
+        for leaf in flatten(args[i])[0]:
+            if isinstance(leaf, Tensor):  # other leaves: vjp's own error
+                _to_tensor(f"{where} (argument {i})", leaf)
 
 
 def _watch(x: Tensor) -> Tensor:
@@ -53,9 +70,13 @@ _identity.def_batched_jvp(lambda ts, x, out: ts[0])
 
 
 def _argnums(argnums, nargs, where):
-    single = isinstance(argnums, numbers.Integral)
+    single = isinstance(argnums, numbers.Integral) and not isinstance(argnums, bool)
+    if not single and not (isinstance(argnums, (tuple, list)) and argnums):
+        raise TypeError(f"{where}: argnums={argnums!r}; expected an int or a non-empty tuple of ints.")
     nums = (argnums,) if single else tuple(argnums)
     for a in nums:
+        if not isinstance(a, numbers.Integral) or isinstance(a, bool):
+            raise TypeError(f"{where}: argnums={argnums!r}; expected an int or a non-empty tuple of ints.")
         if not -nargs <= a < nargs:
             raise ValueError(f"{where}: argnums={argnums} but the function got {nargs} positional argument(s).")
     return single, tuple(a % nargs for a in nums)
@@ -131,6 +152,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
     @functools.wraps(f)
     def wrapped(*args, **kwargs):
         single, nums = _argnums(argnums, len(args), "grad")
+        _check_diff_args("grad", args, nums)
 
         def g(*diff):
             full = list(args)
@@ -143,6 +165,9 @@ def value_and_grad(f, argnums=0, has_aux=False):
             raise TypeError(f"grad(f) needs f to return a scalar Tensor, got {type(value).__name__}.")
         if value.size != 1 or value.ndim > 1:
             raise ValueError(GRAD_SCALAR.format(shape=value.shape))
+        if value.dtype not in ("float32", "float64"):
+            raise TypeError(f"grad(f) needs f to return a float scalar, got dtype {value.dtype}; an integer or bool "
+                            "output has no derivative.")
         from .tensor import ones
         grads = pull(ones(value.shape, value.dtype))
         grads = grads[0] if single else grads
@@ -189,6 +214,10 @@ def jvp(f, primals, tangents, has_aux=False):
         for a, b in zip(pl, tl):
             a = _to_tensor("jvp", a)
             b = as_tensor(b, a.dtype)
+            if b.dtype != a.dtype:
+                if b.dtype in ("float32", "float64"):
+                    raise TypeError(f"jvp: tangent of dtype {b.dtype} for a primal of dtype {a.dtype}.")
+                b = b.astype(a.dtype)
             if b.shape != a.shape:
                 raise ValueError(f"jvp: tangent of shape {b.shape} for a primal of shape {a.shape}.")
             tg = dict(a._tangents or {})
@@ -232,6 +261,7 @@ def jacrev(f, argnums=0, has_aux=False):
     @functools.wraps(f)
     def wrapped(*args):
         single, nums = _argnums(argnums, len(args), "jacrev")
+        _check_diff_args("jacrev", args, nums)
 
         def g(*diff):
             full = list(args)
@@ -242,10 +272,14 @@ def jacrev(f, argnums=0, has_aux=False):
         out, pull = res[0], res[1]
         if not isinstance(out, Tensor):
             raise TypeError("jacrev: f must return a single Tensor.")
-        rows = [pull(e) for e in _basis(out)] if out.size else []
         jac = []
-        for k in range(len(nums)):
-            jac.append(tree_map(lambda *rs, o=out: _stack_rows(rs, o.shape), *[r[k] for r in rows]))
+        if not out.size:  # no rows: an empty Jacobian of shape out.shape + x.shape (as JAX)
+            for i in nums:
+                jac.append(tree_map(lambda p: zeros(out.shape + _to_tensor("jacrev", p).shape, out.dtype), args[i]))
+        else:
+            rows = [pull(e) for e in _basis(out)]
+            for k in range(len(nums)):
+                jac.append(tree_map(lambda *rs, o=out: _stack_rows(rs, o.shape), *[r[k] for r in rows]))
         jac = jac[0] if single else tuple(jac)
         return (jac, res[2]) if has_aux else jac
     return wrapped
@@ -287,10 +321,10 @@ def batched_jvp(f, primals, tangents, has_aux=False):
             raise ValueError("batched_jvp: a tangent does not have the structure of its primal.")
         duals = []
         for a, b in zip(pl, tl):
-            a = _to_tensor("batched_jvp", a)
             if b is None:
-                duals.append(a)
+                duals.append(a if isinstance(a, Tensor) else _to_tensor("batched_jvp", a))
                 continue
+            a = _to_tensor("batched_jvp", a)
             b = as_tensor(b, a.dtype)
             if b.ndim != a.ndim + 1 or b.shape[1:] != a.shape:
                 raise ValueError(f"batched_jvp: tangent of shape {b.shape} for a primal of shape {a.shape}; "
@@ -368,7 +402,7 @@ def jacfwd(f, argnums=0, has_aux=False, *, chunk_size=None, batched=True):
                 out_leaves, td = flatten(r[0] if has_aux else r)
                 if has_aux:
                     aux = r[1]
-                jacs.append(unflatten(td, [zeros(o.shape + x.shape, o.dtype) for o in out_leaves]))
+                jacs.append((td, [zeros(as_tensor(o).shape + x.shape, as_tensor(o).dtype) for o in out_leaves]))
                 continue
             pieces, start = [], 0
             step = int(chunk_size) if chunk_size is not None else (n if n <= FIRST_CHUNK else PROBE_CHUNK)
@@ -456,6 +490,8 @@ def hessian(f, argnums=0, has_aux=False, *, chunk_size=None, batched=True):
 def hvp(f, primals, tangents):
     """Hessian-vector product ``(grad f(x), H v)`` by forward-over-reverse (JVP rules through the
     backward pass), for pytrees ``primals`` / ``tangents`` (tuples, one entry per argument)."""
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise TypeError("hvp(f, primals, tangents): primals and tangents must be tuples (one entry per argument).")
     nums = tuple(range(len(primals)))
     g = grad(f, argnums=nums)
     gx, hv = jvp(lambda *a: g(*a), tuple(primals), tuple(tangents))

@@ -48,7 +48,8 @@ def _build_strided(dtype, serial, scatter):
 
 
 def take_rows(x, idx, out, nidx: int, row: int, nrows: int, dtype: str):
-    """out[i, :] = x[idx[i], :] (negative indices count from the end; range checked by caller)."""
+    """out[i, :] = x[idx[i], :] (negative indices count from the end; range checked by the caller on the host
+    where it can read the indices, else clamped into range)."""
     n = nidx * row
     serial = C.launch_mode(n, C.CHEAP)
     k = C.cached(("take", dtype, serial), lambda: _build_take(dtype, serial, add=False))
@@ -56,7 +57,7 @@ def take_rows(x, idx, out, nidx: int, row: int, nrows: int, dtype: str):
 
 
 def scatter_add_rows(g, idx, out, nidx: int, row: int, nrows: int, dtype: str):
-    """out[idx[i], :] += g[i, :] (atomic; ``out`` pre-zeroed)."""
+    """out[idx[i], :] += g[i, :] (atomic; ``out`` pre-zeroed; out-of-range rows are dropped)."""
     n = nidx * row
     serial = C.launch_mode(n, C.CHEAP)
     k = C.cached(("scatter_add", dtype, serial), lambda: _build_take(dtype, serial, add=True))
@@ -77,8 +78,10 @@ def _build_take(dtype, serial, add):
             if r < 0:
                 r += nrows
             if ti.static(add):
-                ti.atomic_add(out[r * row + j], x[t])
+                if 0 <= r < nrows:  # out of range: dropped (callers check on the host when they can)
+                    ti.atomic_add(out[r * row + j], x[t])
             else:
+                r = ti.min(ti.max(r, 0), nrows - 1)  # out of range: clamped, as JAX (never a wild read)
                 out[t] = x[r * row + j]
     return k
 

@@ -124,8 +124,8 @@ def test_index_out_of_range():
         x[0, 0, 0]
     with pytest.raises(IndexError, match="take: index 5 is out of range for axis 0 with size 2"):
         x[sm.tensor([0, 5], "int32")]
-    with pytest.raises(IndexError, match="boolean masks are not supported"):
-        x[np.array([True, False])]
+    with pytest.raises(IndexError, match=r"boolean mask of shape \(3,\) does not match the indexed axes \(2,\)"):
+        x[np.array([True, False, True])]
     with pytest.raises(IndexError, match="at most one Ellipsis"):
         x[..., ...]
     with pytest.raises(IndexError, match="index Tensor has dtype float64; expected int32"):

@@ -7,6 +7,7 @@ from .elementwise import (abs, add, arccos, arccosh, arcsin, arcsinh, arctan, ar
 from .linalg import dot, matmul, use_blas
 from .nn import gelu, log_softmax, logsumexp, silu, softmax
 from .reduce import broadcast_to, max, mean, min, reshape, sum, var
+from .indexing import take_along_axis
 from .shape import concat, getitem, moveaxis, scatter_add, split, squeeze, stack, take, transpose, unsqueeze
 from . import elementwise as _e, linalg as _l, nn as _n, reduce as _r, shape as _s  # noqa: F401
 

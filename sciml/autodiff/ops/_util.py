@@ -5,7 +5,7 @@ import numbers
 
 import numpy as np
 
-from ..tensor import Tensor, as_tensor, scalar, tensor
+from ..tensor import Tensor, _is_int, as_tensor, check_int, scalar, shape_tuple, tensor  # noqa: F401
 
 FLOATS = ("float32", "float64")
 
@@ -75,19 +75,47 @@ def check_float(name, *xs):
                             "(cast with .astype('float32')).")
 
 
+class AxisError(ValueError, IndexError):
+    """An axis out of range (a ValueError and an IndexError, as numpy's AxisError)."""
+
+
+def one_axis(name, axis, ndim, arg="axis", of=None):
+    """One axis in ``[-ndim, ndim)`` as a non-negative int (numpy semantics). ``of`` describes the
+    Tensor in the message (default: "a Tensor with {ndim} dimension(s)")."""
+    a = check_int(name, arg, axis)
+    if not -ndim <= a < ndim:
+        raise AxisError(f"{name}: {arg} {a} is out of range for {of or f'a Tensor with {ndim} dimension(s)'} "
+                        f"(expected {-ndim} <= {arg} < {ndim}).")
+    return a % ndim
+
+
 def norm_axis(name, axis, ndim):
-    """A sorted tuple of non-negative axes (None -> all)."""
+    """A sorted tuple of non-negative axes (None -> all): an int or a sequence of ints in
+    ``[-ndim, ndim)``, without repeats (numpy semantics; a 0-d Tensor has no axis 0)."""
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
-    out = []
-    for a in axes:
-        if not isinstance(a, numbers.Integral) or not -ndim <= a < max(ndim, 1):
-            raise ValueError(f"{name}: axis {a} is out of range for a Tensor with {ndim} dimension(s).")
-        out.append(int(a) % max(ndim, 1))
+    if isinstance(axis, (list, tuple)):
+        axes = tuple(axis)
+    elif _is_int(axis):
+        axes = (axis,)
+    else:
+        raise TypeError(f"{name}: axis={axis!r} ({type(axis).__name__}); expected an int, a tuple of ints or None.")
+    out = [one_axis(name, a, ndim) for a in axes]
     if len(set(out)) != len(out):
-        raise ValueError(f"{name}: repeated axis in {axis}.")
+        raise ValueError(f"{name}: repeated axis in axis={axis}.")
     return tuple(sorted(out))
+
+
+def host_values(t):
+    """The values of an index Tensor as a numpy array, or None inside a ``sciml.jit`` trace where
+    they depend on the traced inputs (they cannot be read there)."""
+    from ... import backend
+    rec = backend.TRACE[0]
+    if rec is not None:
+        from ..jit import _root
+        if id(_root(t._buf)) in rec.dynamic:
+            return None
+    return t.numpy()
 
 
 def lift(t, ndim):

@@ -232,4 +232,10 @@ def _squeeze_vec(r, va, vb):
 def dot(a, b):
     """Inner product of two 1-D tensors (or sum of x*y over the last axis)."""
     a, b = as_tensor(a), as_tensor(b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"dot: operands must have at least 1 dimension, got shapes {a.shape} and {b.shape}; "
+                         "use * for scalars.")
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(f"dot: shapes {a.shape} and {b.shape} do not align (last dimensions {a.shape[-1]} != "
+                         f"{b.shape[-1]}).")
     return (a * b).sum(axis=-1)

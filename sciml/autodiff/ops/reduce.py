@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
+
+import numpy as np
 
 from ... import backend
 from ...kernels import index as K
@@ -10,7 +13,7 @@ from ...kernels import reduce as R
 from ...kernels import rows as KR
 from ..primitive import Primitive
 from ..tensor import Tensor, as_tensor
-from ._util import broadcast_shapes, check_float, lift, norm_axis
+from ._util import broadcast_shapes, check_float, lift, norm_axis, shape_tuple
 
 
 # --- reshape (zero-copy: tensors are immutable, so the buffer is shared) --------------------
@@ -25,13 +28,14 @@ _reshape.def_batched_jvp(lambda ts, x, out, shape: _reshape(ts[0], shape=ts[0].s
 
 
 def reshape(x, shape):
-    """``x`` with a new shape of the same size (one entry may be -1)."""
+    """``x`` with a new shape of the same size (integers; one entry may be -1)."""
     x = as_tensor(x)
-    if isinstance(shape, numbers.Integral):
-        shape = (shape,)
-    shape = tuple(int(s) for s in shape)
-    if shape.count(-1) > 1:
-        raise ValueError(f"reshape: got shape {shape}; at most one -1 allowed.")
+    if type(shape) is not tuple or any(type(s) is not int for s in shape):  # noqa: E721 (bool is not an int here)
+        shape = _shape_ints(shape)
+    if x.shape == shape:
+        return x
+    if any(s < -1 for s in shape) or shape.count(-1) > 1:
+        raise ValueError(f"reshape: shape={shape}; expected sizes >= 0 and at most one -1.")
     if -1 in shape:
         known = math.prod(s for s in shape if s != -1)
         if known == 0 or x.size % known:
@@ -42,6 +46,15 @@ def reshape(x, shape):
     if shape == x.shape:
         return x
     return _reshape(x, shape=shape)
+
+
+def _shape_ints(shape):
+    if isinstance(shape, (numbers.Integral, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)) or not all(
+            isinstance(s, (numbers.Integral, np.integer)) and not isinstance(s, (bool, np.bool_)) for s in shape):
+        raise TypeError(f"reshape: shape={shape!r}; expected an int or a tuple of ints (one may be -1).")
+    return tuple(int(s) for s in shape)
 
 
 # --- broadcast_to ------------------------------------------------------------------------
@@ -75,7 +88,7 @@ _broadcast.def_batched_jvp(lambda ts, x, out, shape: _broadcast(lift(ts[0], len(
 def broadcast_to(x, shape):
     """``x`` repeated along new or size-1 axes to ``shape`` (numpy rules)."""
     x = as_tensor(x)
-    shape = tuple(int(s) for s in shape)
+    shape = shape_tuple("broadcast_to", shape)
     if len(shape) < x.ndim or broadcast_shapes("broadcast_to", x.shape, shape) != shape:
         raise ValueError(f"broadcast_to: cannot broadcast shape {x.shape} to {shape}.")
     if shape == x.shape:
@@ -142,8 +155,9 @@ for _p in (_max1, _min1):
 
 def _reduce(name, prim, x, axis, keepdims):
     x = as_tensor(x)
-    if x.dtype == "bool":
-        x = x.astype("int32")
+    if x.dtype == "bool":  # as numpy: sum counts (int), max / min stay bool
+        r = _reduce(name, prim, x.astype("int32"), axis, keepdims)
+        return r if name == "sum" else r.astype("bool")
     axes = norm_axis(name, axis, x.ndim)
     if x.ndim == 0:
         return x
@@ -163,12 +177,26 @@ def sum(x, axis=None, keepdims=False):
     return _reduce("sum", _sum1, x, axis, keepdims)
 
 
+def _empty_mean(name, x, axes, keepdims, what):
+    """numpy's answer for a mean over zero elements: NaN (with a RuntimeWarning when there is any output)."""
+    from ..tensor import full
+    shape = tuple(1 if d in axes else s for d, s in enumerate(x.shape)) if keepdims else \
+        tuple(s for d, s in enumerate(x.shape) if d not in axes)
+    if math.prod(shape):
+        warnings.warn(f"{name}: {what} of an empty slice is NaN (axis of size 0 in shape {x.shape}).",
+                      RuntimeWarning, stacklevel=3)
+    return full(shape, float("nan"), x.dtype)
+
+
 def mean(x, axis=None, keepdims=False):
-    """Mean over ``axis`` (an int, a tuple, or None for all)."""
+    """Mean over ``axis`` (an int, a tuple, or None for all). Over zero elements: NaN with a
+    RuntimeWarning, as numpy."""
     x = as_tensor(x)
     check_float("mean", x)
     axes = norm_axis("mean", axis, x.ndim)
-    count = math.prod(x.shape[a] for a in axes) if x.ndim else 1
+    count = math.prod(x.shape[a] for a in axes)
+    if count == 0:
+        return _empty_mean("mean", x, axes, keepdims, "mean")
     return sum(x, axis, keepdims) * (1.0 / count)
 
 
@@ -183,7 +211,12 @@ def min(x, axis=None, keepdims=False):
 
 
 def var(x, axis=None, keepdims=False):
-    """Population variance over ``axis``."""
+    """Population variance over ``axis``. Over zero elements: NaN with a RuntimeWarning, as numpy."""
+    x = as_tensor(x)
+    check_float("var", x)
+    axes = norm_axis("var", axis, x.ndim)
+    if math.prod(x.shape[a] for a in axes) == 0:
+        return _empty_mean("var", x, axes, keepdims, "variance")
     m = mean(x, axis, keepdims=True)
     return mean((x - m) * (x - m), axis, keepdims)
 

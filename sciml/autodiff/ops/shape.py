@@ -11,6 +11,7 @@ from ...kernels import index as K
 from ...kernels import rows as KR
 from ..primitive import Primitive
 from ..tensor import Tensor, as_tensor, tensor
+from ._util import AxisError, check_int, host_values, norm_axis, one_axis
 from .reduce import reshape
 
 
@@ -57,7 +58,15 @@ _unview.def_batched_jvp(lambda ts, x, out, meta, in_shape: _unview(
 def transpose(x, axes=None):
     """Permute axes (reverse them when ``axes`` is None), like numpy.transpose."""
     x = as_tensor(x)
-    axes = tuple(range(x.ndim))[::-1] if axes is None else tuple(int(a) % max(x.ndim, 1) for a in axes)
+    if axes is None:
+        axes = tuple(range(x.ndim))[::-1]
+    else:
+        if not isinstance(axes, (tuple, list)):
+            raise TypeError(f"transpose: axes={axes!r}; expected a tuple of ints or None.")
+        if len(axes) != x.ndim:
+            raise ValueError(f"transpose: axes {tuple(axes)} are not a permutation of the {x.ndim} axes of "
+                             f"shape {x.shape}.")
+        axes = tuple(one_axis("transpose", a, x.ndim, "axes entry") for a in axes)
     if sorted(axes) != list(range(x.ndim)):
         raise ValueError(f"transpose: axes {axes} are not a permutation of the {x.ndim} axes of shape {x.shape}.")
     if axes == tuple(range(x.ndim)):
@@ -70,23 +79,43 @@ def transpose(x, axes=None):
     return _view(x, meta=K.view_meta(0, shape, [st[a] for a in axes]), shape=shape)
 
 
+def _axis_list(name, arg, a, ndim):
+    if isinstance(a, (tuple, list)):
+        out = [one_axis(name, v, ndim, arg) for v in a]
+    else:
+        out = [one_axis(name, a, ndim, arg)]
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name}: repeated axis in {arg}={a}.")
+    return out
+
+
 def moveaxis(x, source, destination):
+    """Move axes ``source`` to positions ``destination`` (ints or sequences of ints), like numpy.moveaxis."""
     x = as_tensor(x)
-    order = [a for a in range(x.ndim) if a != source % x.ndim]
-    order.insert(destination % x.ndim, source % x.ndim)
+    src = _axis_list("moveaxis", "source", source, x.ndim)
+    dst = _axis_list("moveaxis", "destination", destination, x.ndim)
+    if len(src) != len(dst):
+        raise ValueError(f"moveaxis: source={source} and destination={destination} have different lengths.")
+    order = [a for a in range(x.ndim) if a not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
     return transpose(x, order)
 
 
 def getitem(x, idx):
-    """numpy basic indexing (ints, slices, None, ...) plus an integer array on the first index."""
+    """numpy indexing: basic (ints, slices, None, ...) as strided views; integer arrays on any axes,
+    boolean masks (eager) and their mixes as gathers (see :mod:`sciml.autodiff.ops.indexing`)."""
     if not isinstance(idx, tuple):
         idx = (idx,)
-    if idx and _is_index_array(idx[0]):
-        r = take(x, idx[0])
-        return getitem(r, (slice(None),) * np.ndim(_as_index(idx[0])) + idx[1:]) if len(idx) > 1 else r
-    if any(_is_index_array(i) for i in idx):
-        raise IndexError("Tensor indexing: an integer array is supported only as the first index "
-                         f"(got {idx}); move that axis first with transpose, or use take().")
+    x = as_tensor(x)
+    if any(_is_advanced(i) for i in idx):
+        if len(idx) >= 1 and isinstance(idx[0], (Tensor, list, np.ndarray)) and x.ndim and \
+                all(isinstance(i, slice) and i == _FULL for i in idx[1:]):
+            kind = idx[0].dtype if isinstance(idx[0], Tensor) else None
+            if kind == "int32" or (kind is None and _int_array(idx[0])):
+                return take(x, idx[0])  # rows: the common x[idx] (mini-batches)
+        from .indexing import advanced
+        return advanced(x, idx)
     n_ell = builtins_sum(i is Ellipsis for i in idx)
     if n_ell > 1:
         raise IndexError("Tensor indexing: at most one Ellipsis.")
@@ -133,21 +162,37 @@ import builtins as _b  # noqa: E402
 builtins_sum = _b.sum
 
 
-def _is_index_array(i):
-    return isinstance(i, (Tensor, list, np.ndarray)) and not isinstance(i, bool)
+_FULL = slice(None)
 
 
-def _as_index(i):
+def _is_advanced(i):
+    return isinstance(i, (Tensor, list, tuple, np.ndarray, bool, np.bool_))
+
+
+def _int_array(i):
+    if isinstance(i, np.ndarray):
+        return i.dtype.kind in "iu" and i.ndim > 0
+    return isinstance(i, list) and bool(i) and all(type(v) is int for v in i)  # noqa: E721
+
+
+def _as_index(i, name="Tensor indexing"):
+    """An int32 index Tensor from a Tensor, list or numpy array of integers."""
     if isinstance(i, Tensor):
         if i.dtype != "int32":
-            raise IndexError(f"Tensor indexing: index Tensor has dtype {i.dtype}; expected int32.")
+            raise IndexError(f"{name}: index Tensor has dtype {i.dtype}; expected int32.")
         return i
-    a = np.asarray(i)
+    try:
+        a = np.asarray(i)
+    except ValueError:
+        raise IndexError(f"{name}: index {i!r} is not a rectangular array of integers.") from None
     if a.dtype == np.bool_:
-        raise IndexError("Tensor indexing: boolean masks are not supported (the result's shape would depend "
-                         "on the data); use where(mask, x, 0) or take(x, np.nonzero(mask)[0]).")
+        raise IndexError(f"{name}: got a boolean index; expected integers.")
+    if a.size == 0 and a.dtype.kind == "f":
+        a = a.astype(np.int64)  # [] is an empty integer index, as in numpy
     if not np.issubdtype(a.dtype, np.integer):
-        raise IndexError(f"Tensor indexing: index array has dtype {a.dtype}; expected integers.")
+        raise IndexError(f"{name}: index array has dtype {a.dtype}; expected integers.")
+    if a.size and (a.max() > 2**31 - 1 or a.min() < -2**31):
+        raise IndexError(f"{name}: index values do not fit in int32.")
     return tensor(a.astype(np.int32), "int32")
 
 
@@ -205,23 +250,48 @@ def _scatter_bjvp(ts, h, idx, out, rows):
     return reshape(r, (nb,) + out.shape)
 
 
+def _check_range(name, a, size, axis=0):
+    """IndexError unless every index in ``a`` (numpy, or None when unreadable) is in [-size, size)."""
+    if a is None or not a.size:
+        return
+    lo, hi = int(a.min()), int(a.max())
+    if lo < -size or hi >= size:
+        bad = hi if hi >= size else lo
+        raise IndexError(f"{name}: index {bad} is out of range for axis {axis} with size {size} "
+                         f"(expected {-size} <= index < {size}).")
+
+
+def _index_values(idx):
+    """Host values of an index Tensor when cheap to read (always on CPU; below 64K entries on a device)."""
+    if backend.on_host() or idx.size < 65536:
+        return host_values(idx)
+    return None
+
+
 def take(x, idx):
-    """Rows of ``x`` at integer positions ``idx`` (any shape): result shape ``idx.shape + x.shape[1:]``."""
+    """Rows of ``x`` at integer positions ``idx`` (any shape): result shape ``idx.shape + x.shape[1:]``.
+    Negative indices count from the end; out-of-range ones raise IndexError."""
     x = as_tensor(x)
     if x.ndim == 0:
         raise IndexError("take: cannot index a 0-d Tensor.")
-    idx = _as_index(idx)
-    if idx.size:
-        a = idx.numpy() if backend.on_host() or idx.size < 65536 else None
-        if a is not None and (a.max() >= x.shape[0] or a.min() < -x.shape[0]):
-            bad = a[(a >= x.shape[0]) | (a < -x.shape[0])][0]
-            raise IndexError(f"take: index {bad} is out of range for axis 0 with size {x.shape[0]}.")
+    idx = _as_index(idx, "take")
+    _check_range("take", _index_values(idx), x.shape[0])
     return _take(x, idx)
 
 
 def scatter_add(values, idx, rows: int):
-    """zeros((rows,) + values.shape[idx.ndim:]) with ``values`` rows added at ``idx`` (duplicates sum)."""
-    return _scatter_add(as_tensor(values), _as_index(idx), rows=int(rows))
+    """zeros((rows,) + values.shape[idx.ndim:]) with ``values`` rows added at ``idx`` (duplicates sum).
+
+    ``values`` has shape ``idx.shape + row_shape``; negative indices count from the end; out-of-range
+    ones raise IndexError (as numpy's ``np.add.at``)."""
+    values = as_tensor(values)
+    idx = _as_index(idx, "scatter_add")
+    rows = check_int("scatter_add", "rows", rows, 0)
+    if values.shape[:idx.ndim] != idx.shape:
+        raise ValueError(f"scatter_add: values of shape {values.shape} do not start with the index shape "
+                         f"{idx.shape}; expected idx.shape + row_shape.")
+    _check_range("scatter_add", _index_values(idx), rows)
+    return _scatter_add(values, idx, rows=rows)
 
 
 # --- concat / stack / split -----------------------------------------------------------------
@@ -266,15 +336,24 @@ def _concat_bjvp(ts, *xs, out, axis):
                    axis=axis + 1)
 
 
-def concat(xs, axis=0):
-    """Join Tensors along an existing axis (numpy.concatenate)."""
+def _tensor_list(name, xs):
+    if isinstance(xs, Tensor):
+        xs = list(xs)  # numpy iterates over the first axis
+    elif not isinstance(xs, (list, tuple)):
+        raise TypeError(f"{name}: got {type(xs).__name__}; expected a list or tuple of Tensors.")
     xs = [as_tensor(x) for x in xs]
     if not xs:
-        raise ValueError("concat: got an empty list of tensors.")
+        raise ValueError(f"{name}: got an empty list of tensors.")
+    return xs
+
+
+def concat(xs, axis=0):
+    """Join Tensors along an existing axis (numpy.concatenate)."""
+    xs = _tensor_list("concat", xs)
     nd = xs[0].ndim
     if nd == 0:
         raise ValueError("concat: zero-dimensional tensors cannot be concatenated; use stack.")
-    axis = int(axis) % nd
+    axis = one_axis("concat", axis, nd)
     for i, x in enumerate(xs):
         if x.ndim != nd or x.shape[:axis] + x.shape[axis + 1:] != xs[0].shape[:axis] + xs[0].shape[axis + 1:]:
             raise ValueError(f"concat: tensor {i} has shape {x.shape}, incompatible with {xs[0].shape} "
@@ -287,44 +366,51 @@ def concat(xs, axis=0):
 
 
 def stack(xs, axis=0):
-    """Join Tensors of one shape along a new axis."""
-    xs = [as_tensor(x) for x in xs]
-    if not xs:
-        raise ValueError("stack: got an empty list of tensors.")
+    """Join Tensors of one shape along a new axis (numpy.stack)."""
+    xs = _tensor_list("stack", xs)
     for i, x in enumerate(xs):
         if x.shape != xs[0].shape:
             raise ValueError(f"stack: tensor {i} has shape {x.shape}; expected {xs[0].shape} like tensor 0.")
-    axis = int(axis) % (xs[0].ndim + 1)
+    axis = one_axis("stack", axis, xs[0].ndim + 1, of=f"stacking {xs[0].ndim}-d Tensors (the result has "
+                    f"{xs[0].ndim + 1} dimensions)")
     return concat([unsqueeze(x, axis) for x in xs], axis)
 
 
 def split(x, indices_or_sections, axis=0):
     """numpy.split: a number of equal sections or a list of split indices."""
     x = as_tensor(x)
-    axis = int(axis) % x.ndim
+    if x.ndim == 0:
+        raise ValueError("split: cannot split a 0-d Tensor.")
+    axis = one_axis("split", axis, x.ndim)
     n = x.shape[axis]
-    if isinstance(indices_or_sections, numbers.Integral):
-        k = int(indices_or_sections)
+    if isinstance(indices_or_sections, (tuple, list, np.ndarray)):
+        bounds = [0, *(check_int("split", "indices_or_sections entry", v) for v in indices_or_sections), n]
+    else:
+        k = check_int("split", "indices_or_sections", indices_or_sections)
         if k <= 0 or n % k:
             raise ValueError(f"split: axis {axis} of size {n} cannot be split into {k} equal sections.")
         bounds = [i * (n // k) for i in range(k + 1)]
-    else:
-        bounds = [0, *map(int, indices_or_sections), n]
     return [getitem(x, (slice(None),) * axis + (slice(a, b),)) for a, b in zip(bounds, bounds[1:])]
 
 
 def squeeze(x, axis=None):
+    """Remove size-1 axes (all of them, or those in ``axis``), like numpy.squeeze."""
     x = as_tensor(x)
     if axis is None:
         return reshape(x, tuple(s for s in x.shape if s != 1))
-    axes = {int(a) % x.ndim for a in ((axis,) if isinstance(axis, numbers.Integral) else axis)}
-    for a in axes:
+    if x.ndim == 0:
+        norm_axis("squeeze", axis, 1)  # numpy lets a 0-d array squeeze axis 0 / -1
+        return x
+    axes = set(norm_axis("squeeze", axis, x.ndim))
+    for a in sorted(axes):
         if x.shape[a] != 1:
             raise ValueError(f"squeeze: axis {a} of shape {x.shape} has size {x.shape[a]}, not 1.")
     return reshape(x, tuple(s for d, s in enumerate(x.shape) if d not in axes))
 
 
 def unsqueeze(x, axis):
+    """Insert a size-1 axis at ``axis`` (in ``[-ndim - 1, ndim]``), like numpy.expand_dims."""
     x = as_tensor(x)
-    axis = int(axis) % (x.ndim + 1)
+    axis = one_axis("unsqueeze", axis, x.ndim + 1, of=f"a {x.ndim}-d Tensor (the result has {x.ndim + 1} "
+                    "dimensions)")
     return reshape(x, x.shape[:axis] + (1,) + x.shape[axis:])
