@@ -7,9 +7,9 @@ import os
 
 os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")  # importing sciml prints nothing
 
-from .simulation import Simulation  # noqa: E402
+from .simulation import Simulation, SimulationCheckError  # noqa: E402
 from .heat import heat1d  # noqa: E402
 from .billiards import billiards  # noqa: E402
 from .mass_spring import mass_spring, robot  # noqa: E402
 
-__all__ = ["Simulation", "heat1d", "billiards", "mass_spring", "robot"]
+__all__ = ["Simulation", "SimulationCheckError", "heat1d", "billiards", "mass_spring", "robot"]

@@ -23,9 +23,14 @@ otherwise; ``None`` always stores everything (and raises if it does not fit).
 
 Kernel conventions (S = prod(state_shape), P = prod(params_shape), C = prod(control_shape)):
 
-* ``step(x, params, control, x_next, *constants)``: ndarrays of the declared shapes
-  (``state_shape``, ``params_shape``, ``control_shape`` or ``(1,)`` without controls). Writes every
-  element of ``x_next`` once, never writes its inputs (Taichi's autodiff rules).
+* ``step(x, params, control, x_next, *scratch, *constants[, t])``: ndarrays of the declared shapes
+  (``state_shape``, ``params_shape``, ``control_shape`` or ``(1,)`` without controls, then the
+  ``scratch`` arrays in order). ``x_next`` and the scratch arrays start zeroed each step; the step
+  never writes ``x``, ``params`` or ``control`` (Taichi's autodiff rules, docs/physics.md). A step
+  may be a list of kernels run in order (e.g. particle-to-grid, grid update, grid-to-particle) that
+  share the scratch arrays. A kernel whose last argument is an integer receives the step index t.
+* ``loss(x, params, control, out, *constants[, t])``: optional per-step loss, run after step t on
+  x = x_{t+1}; adds into ``out[0]`` (shape (1,)). The sum over all steps is an output of ``sim``.
 * ``rollout(hist, params, controls, m, *constants)``: FLAT 1-D arrays (2-D indexing costs 40 %
   here). ``hist`` has (m+1) S entries, row 0 is the start state; fill rows 1..m. ``controls`` has
   m C entries (row t drives step t).
@@ -44,13 +49,17 @@ import numpy as np
 from .. import backend, runtime
 from ..autodiff.backward import needs
 from ..autodiff.primitive import Primitive, _state as _tape_state
-from ..autodiff.taichi_bridge import FIRST_ORDER_MSG, TaichiFunction, copy_kernels
+from ..autodiff.taichi_bridge import TaichiFunction
 from ..autodiff.tensor import as_tensor, zeros
 
 VULKAN_MSG = ("Simulation {name!r}: the per-step path differentiates the step kernel with Taichi's autodiff, "
               "which returns all-zero ndarray gradients on Vulkan (taichi issue 8524). Supply rollout= and "
               "adjoint= kernels (the fused path), or run on arch='cpu'.")
-SMALL_STATE = 1 << 16  # elements; below this "auto" picks the fused path when it exists
+SECOND_ORDER_MSG = (
+    "Simulation {name!r}: derivatives of the rollout come from Taichi's reverse mode (step.grad) or a "
+    "hand-written adjoint, which are first order: hessian, hvp, jvp/jacfwd and grad-of-grad through it are not "
+    "available. What exists: grad / value_and_grad / vjp / jacrev of the rollout (first order), so Gauss-Newton "
+    "can be built from jacrev (J^T J); for full second order write the step in sciml ops and loop in Python.")
 CHUNK_BYTES = 1 << 22  # forward without gradient: run in segments of about this many bytes
 
 
@@ -63,6 +72,10 @@ def _shape(name, s):
     return s
 
 
+class SimulationCheckError(AssertionError):
+    """``check=True`` (or :meth:`Simulation.check_step`) found a step VJP that disagrees with finite differences."""
+
+
 class Simulation:
     """A differentiable simulation ``x_T = sim(x0, params, controls)``.
 
@@ -72,13 +85,21 @@ class Simulation:
         params_shape: shape of the physical parameters (default ``(1,)``).
         control_shape: shape of one step's control (``controls`` then has shape ``(T, *control_shape)``);
             None for no controls.
-        step: ``@ti.kernel`` for one step (the per-step path, and ``step_function``).
+        step: ``@ti.kernel`` for one step, or a list of kernels run in order (the per-step path).
+        scratch: ``{name: shape}`` of arrays the step kernels share within a step (an MPM grid):
+            passed after ``x_next`` in this order, zeroed before each step, differentiated, and
+            recomputed from x_t in the backward pass (never stored).
+        loss: optional per-step loss kernel (see the module docstring); ``sim(...)`` then returns
+            ``(states, loss_sum)``.
         rollout, adjoint: ``@ti.kernel``s for the fused path (see the module docstring).
-        constants: extra arrays passed to every kernel after its own arguments (not differentiated).
-        mode: "auto" (fused when rollout/adjoint exist and the state has at most 65536 elements, or
-            when there is no step kernel), "fused" or "per_step".
+        constants: extra arrays passed to every kernel after its own arguments (not differentiated):
+            index tables, time-indexed targets or forcing read by the step index t.
+        mode: "auto" (fused when rollout/adjoint exist and no per-step feature is used), "fused" or
+            "per_step".
         checkpoint_every: "auto", None (store every state) or k (store every k-th state).
         memory_budget: bytes allowed for stored states (default 2 GiB).
+        check: on the first differentiated call, compare one step's VJP with finite differences and
+            raise :class:`SimulationCheckError` naming the derivative that disagrees.
         name: used in errors.
 
     Example:
@@ -87,46 +108,61 @@ class Simulation:
         >>> g = sm.grad(lambda u: ((sim(u, sm.tensor([0.2])) - 1.0) ** 2).sum())(u0)
     """
 
-    def __init__(self, *, state_shape, steps, params_shape=(1,), control_shape=None, step=None, rollout=None,
-                 adjoint=None, constants=(), mode="auto", checkpoint_every="auto", memory_budget=2 << 30,
-                 name="simulation"):
+    def __init__(self, *, state_shape, steps, params_shape=(1,), control_shape=None, step=None, scratch=None,
+                 loss=None, rollout=None, adjoint=None, constants=(), mode="auto", checkpoint_every="auto",
+                 memory_budget=2 << 30, check=False, name="simulation"):
         self.name = name
         self.state_shape = _shape("state_shape", state_shape)
         self.params_shape = _shape("params_shape", params_shape)
         self.control_shape = _shape("control_shape", control_shape)
-        if not isinstance(steps, (int, np.integer)) or steps < 1:
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
             raise ValueError(f"Simulation(steps=...): got {steps!r}; expected a positive int.")
         self.steps = int(steps)
         self.S = math.prod(self.state_shape)
         self.P = math.prod(self.params_shape)
         self.C = math.prod(self.control_shape) if self.control_shape else 1
-        self.step, self.rollout_kernel, self.adjoint_kernel = step, rollout, adjoint
         self.constants = tuple(constants)
+        self.scratch = self._scratch(scratch)
+        self.kernels = self._step_kernels(step)
+        self.step = self.kernels[0] if len(self.kernels) == 1 else (self.kernels or None)
+        self.kernel_t = [self._arity(k, 4 + len(self.scratch), "step") for k in self.kernels]
+        self.loss_kernel = loss
+        self.loss_t = self._arity(loss, 4, "loss") if loss is not None else False
+        self.rollout_kernel, self.adjoint_kernel = rollout, adjoint
         if (rollout is None) != (adjoint is None):
             raise ValueError(f"Simulation {name!r}: the fused path needs both rollout= and adjoint= kernels; "
                              f"got only {'rollout' if adjoint is None else 'adjoint'}.")
         if mode not in ("auto", "fused", "per_step"):
             raise ValueError(f"Simulation(mode=...): got {mode!r}; expected 'auto', 'fused' or 'per_step'.")
+        per_step_only = [w for w, on in (("scratch=", self.scratch), ("loss=", loss is not None),
+                                          ("a list of step kernels", len(self.kernels) > 1),
+                                          ("a step kernel taking t", any(self.kernel_t))) if on]
         if mode == "auto":
-            fused_ok = rollout is not None and (step is None or self.S <= SMALL_STATE)
-            mode = "fused" if fused_ok else "per_step"
+            mode = "fused" if rollout is not None and not per_step_only else "per_step"
         if mode == "fused" and rollout is None:
             raise ValueError(f"Simulation {name!r}: mode='fused' needs rollout= and adjoint= kernels.")
-        if mode == "per_step" and step is None:
+        if mode == "fused" and per_step_only:
+            raise ValueError(f"Simulation {name!r}: mode='fused' runs the rollout/adjoint kernels only; "
+                             f"{', '.join(per_step_only)} need mode='per_step'.")
+        if mode == "per_step" and not self.kernels:
             raise ValueError(f"Simulation {name!r}: mode='per_step' needs a step= kernel.")
         self.mode = mode
+        self.check = bool(check)
         self.memory_budget = int(memory_budget)
         self.checkpoint_every = self._choose_k(checkpoint_every)
         self._saved = {}
         self._pool = []
         self.prim = Primitive(f"simulation:{name}", self._forward)
         self.prim.def_vjp(self._vjp)
+        self.prim.def_jvp(self._no_second_order)
         self.grad_prim = Primitive(f"simulation:{name}.grad", self._grad_forward)
         self.grad_prim.def_vjp(self._no_second_order)
         self.grad_prim.def_jvp(self._no_second_order)
         self._step_fn = None
         self._validated = False
-        self._grad_bufs = None
+        self._checked = False
+        self._steppers = {}
+        self._force_staged = False
 
     def __repr__(self):
         return (f"Simulation({self.name!r}, state_shape={self.state_shape}, steps={self.steps}, mode={self.mode!r}, "
@@ -134,16 +170,57 @@ class Simulation:
 
     __hash__ = object.__hash__
 
+    # --- construction checks ---------------------------------------------------------------
+    def _scratch(self, scratch):
+        if scratch is None:
+            return {}
+        if not isinstance(scratch, dict):
+            raise TypeError(f"Simulation(scratch=...): got {type(scratch).__name__}; expected a dict "
+                            "{name: shape}.")
+        return {str(k): _shape(f"scratch[{k!r}]", v) for k, v in scratch.items()}
+
+    def _step_kernels(self, step):
+        if step is None:
+            return []
+        ks = list(step) if isinstance(step, (list, tuple)) else [step]
+        if not ks:
+            raise ValueError(f"Simulation(step=...): got an empty list; expected a @ti.kernel or a list of them.")
+        for k in ks:
+            if not hasattr(getattr(k, "kernel", k), "_primal"):
+                raise TypeError(f"Simulation(step=...): got {type(k).__name__}; expected a @ti.kernel "
+                                "(or a list of them).")
+        return ks
+
+    def _arity(self, kernel, n_arrays, what):
+        """Check a kernel's argument count; True if it takes the step index t last."""
+        from ._launch import kernel_arguments, kernel_name, takes_step_index
+        if not hasattr(getattr(kernel, "kernel", kernel), "_primal"):
+            raise TypeError(f"Simulation({what}=...): got {type(kernel).__name__}; expected a @ti.kernel.")
+        names, _ = kernel_arguments(kernel)
+        has_t = takes_step_index(kernel)
+        want = n_arrays + len(self.constants)
+        if len(names) != want + has_t:
+            if what == "step":
+                lay = "x, params, control, x_next" + "".join(f", {k}" for k in self.scratch)
+            else:
+                lay = "x, params, control, out"
+            lay += "".join(f", constant{i}" for i in range(len(self.constants)))
+            raise ValueError(
+                f"Simulation {self.name!r}: {what} kernel {kernel_name(kernel)!r} takes {len(names)} arguments "
+                f"({', '.join(names)}); expected ({lay}), optionally followed by the step index t: ti.i32.")
+        return has_t
+
     # --- memory ----------------------------------------------------------------------------
     def memory_bytes(self, checkpoint_every=None) -> int:
         """Bytes of stored states for a differentiated rollout with this checkpoint interval
-        (None = every state stored)."""
+        (None = every state stored). Scratch arrays add their size once (never stored per step)."""
         item = np.dtype(backend.NP_DTYPES[runtime.default_dtype()]).itemsize
         T, S = self.steps, self.S
+        extra = sum(math.prod(s) for s in self.scratch.values()) * item * 2  # values + gradients
         if checkpoint_every is None or checkpoint_every >= T:
-            return (T + 1) * S * item
+            return (T + 1) * S * item + extra
         k = int(checkpoint_every)
-        return (math.ceil(T / k) + 1 + k + 1) * S * item
+        return (math.ceil(T / k) + 1 + k + 1) * S * item + extra
 
     def _choose_k(self, k):
         full = self.memory_bytes(None)
@@ -158,7 +235,7 @@ class Simulation:
             if full <= self.memory_budget:
                 return self.steps
             k = max(1, int(round(math.sqrt(self.steps))))
-        if not isinstance(k, (int, np.integer)) or k < 1:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"Simulation(checkpoint_every=...): got {k!r}; expected 'auto', None or a positive int.")
         k = min(int(k), self.steps)
         need = self.memory_bytes(k)
@@ -170,8 +247,20 @@ class Simulation:
         return k
 
     # --- public call -----------------------------------------------------------------------
-    def __call__(self, x0, params=None, controls=None):
-        """Final state after ``steps`` steps, a Tensor of ``state_shape``."""
+    def __call__(self, x0, params=None, controls=None, *, states=None):
+        """Run the simulation.
+
+        Args:
+            x0, params, controls: Tensors (or arrays) of ``state_shape``, ``params_shape`` and
+                ``(steps, *control_shape)``; gradients flow to all three.
+            states: which states to return: None (the final state, shape ``state_shape``), an int k
+                (x_0, x_k, x_2k, ... up to x_T: shape ``(T // k + 1, *state_shape)``) or a list of
+                step indices in [0, steps] (shape ``(len, *state_shape)``).
+
+        Returns:
+            The chosen state(s), a differentiable Tensor; with a ``loss=`` kernel, a tuple
+            ``(states, loss)`` where ``loss`` is the per-step loss summed over the rollout (shape ()).
+        """
         x0 = as_tensor(x0)
         if x0.dtype not in ("float32", "float64"):
             raise TypeError(f"Simulation {self.name!r}: x0 has dtype {x0.dtype}; expected float32 or float64.")
@@ -191,7 +280,35 @@ class Simulation:
             ins.append(controls)
         elif controls is not None:
             raise ValueError(f"Simulation {self.name!r} was declared without control_shape; got controls.")
-        return self.prim(*ins, sim=self)
+        times = self._times(states)
+        flat = self.prim(*ins, sim=self, times=times)
+        n = len(times) * self.S
+        xs = flat[:n] if self.loss_kernel is not None else flat
+        xs = xs.reshape(self.state_shape if states is None else (len(times),) + self.state_shape)
+        if self.loss_kernel is None:
+            return xs
+        return xs, flat[n:].reshape(())
+
+    def _times(self, states):
+        T = self.steps
+        if states is None:
+            return (T,)
+        if isinstance(states, (int, np.integer)) and not isinstance(states, bool):
+            if states < 1:
+                raise ValueError(f"Simulation {self.name!r}: states={states}; expected a positive int k (every "
+                                 "k-th state), a list of step indices or None.")
+            return tuple(range(0, T + 1, int(states)))
+        if isinstance(states, (list, tuple, range, np.ndarray)):
+            out = []
+            for v in list(states):
+                if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= T:
+                    raise ValueError(f"Simulation {self.name!r}: states contains {v!r}; expected step indices "
+                                     f"(ints) in [0, {T}].")
+                out.append(int(v))
+            if not out:
+                raise ValueError(f"Simulation {self.name!r}: states=[] selects nothing.")
+            return tuple(out)
+        raise TypeError(f"Simulation {self.name!r}: states={states!r}; expected None, an int or a list of ints.")
 
     def trajectory(self, x0, params=None, controls=None, every=1):
         """The states x_0, x_every, x_2every, ... x_T as a numpy array (no gradient; for plots)."""
@@ -200,10 +317,10 @@ class Simulation:
         npdt = backend.NP_DTYPES[dtype]
         p = self._host(zeros(self.params_shape, dtype) if params is None else as_tensor(params, dtype))
         ctrl = self._host(as_tensor(controls, dtype)) if controls is not None else np.zeros(self.steps * self.C, npdt)
-        S, C = self.S, self.C
+        S = self.S
         seg = np.empty((self.steps + 1) * S, npdt)
         seg[:S] = self._host(x0)
-        self._roll(seg, p, ctrl, self.steps)
+        self._roll(seg, p, ctrl, self.steps, 0)
         return seg.reshape((self.steps + 1,) + self.state_shape)[::every].copy()
 
     def _check(self, what, t, shape, dtype):
@@ -217,11 +334,14 @@ class Simulation:
     def step_function(self) -> TaichiFunction:
         """``x_next = sim.step_function(x, params, control)``: one step as a differentiable function
         (Taichi's ``step.grad`` as VJP). For controllers that read the state each step."""
-        if self.step is None:
+        if not self.kernels:
             raise ValueError(f"Simulation {self.name!r} has no step= kernel.")
+        if len(self.kernels) > 1 or self.scratch or any(self.kernel_t):
+            raise ValueError(f"Simulation {self.name!r}: step_function needs a single step kernel without scratch "
+                             "or step index.")
         if self._step_fn is None:
             cs = self.control_shape or (1,)
-            self._step_fn = TaichiFunction(self.step, [self.state_shape, self.params_shape, cs],
+            self._step_fn = TaichiFunction(self.kernels[0], [self.state_shape, self.params_shape, cs],
                                            [self.state_shape], self.constants, name=f"{self.name}.step",
                                            validate=False)
         return self._step_fn
@@ -244,11 +364,19 @@ class Simulation:
     def _host(self, t):
         return np.ascontiguousarray(backend.to_numpy(t._buf, (t.size,), t.dtype))
 
-    def _segments(self, k):
-        b = list(range(0, self.steps, k)) + [self.steps]
+    def _segments(self, k, times=()):
+        b = sorted(set(range(0, self.steps, k)) | {self.steps} | set(times))
         return list(zip(b[:-1], b[1:]))
 
-    def _forward(self, *ins, sim):
+    def _stepper(self, npdt):
+        key = (np.dtype(npdt), self._force_staged)
+        st = self._steppers.get(key)
+        if st is None:
+            from ._per_step import make_stepper
+            st = self._steppers[key] = make_stepper(self, npdt)
+        return st
+
+    def _forward(self, *ins, sim, times):
         x0, params = ins[0], ins[1]
         dtype = x0.dtype
         npdt = backend.NP_DTYPES[dtype]
@@ -260,30 +388,42 @@ class Simulation:
             k = self.checkpoint_every
         else:
             k = max(1, min(self.steps, CHUNK_BYTES // (S * np.dtype(npdt).itemsize)))
-        segs = self._segments(k)
+        segs = self._segments(k, times)
+        mmax = max(b - a for a, b in segs)
         ckpts = np.empty((len(segs) + 1, S), npdt) if recording else None
-        seg = self._take((k + 1) * S, npdt)
+        seg = self._take((mmax + 1) * S, npdt)
         seg[:S] = self._host(x0)
+        has_loss = self.loss_kernel is not None
+        out = np.empty(len(times) * S + has_loss, npdt)
+        where = {}
+        for i, t in enumerate(times):
+            where.setdefault(t, []).append(i)
+        for i in where.get(0, ()):
+            out[i * S:(i + 1) * S] = seg[:S]
+        loss_acc = np.zeros(1, npdt) if has_loss else None
         for j, (a, b) in enumerate(segs):
             m = b - a
             if recording:
                 ckpts[j] = seg[:S]
-            self._roll(seg, p, ctrl[a * C:b * C], m)
+            self._roll(seg, p, ctrl[a * C:b * C], m, a, loss_acc)
             last = seg[m * S:(m + 1) * S]
             if recording:
                 ckpts[j + 1] = last
+            for i in where.get(b, ()):
+                out[i * S:(i + 1) * S] = last
             if j + 1 < len(segs):
                 seg[:S] = last
-        x_T = seg[(segs[-1][1] - segs[-1][0]) * S:(segs[-1][1] - segs[-1][0] + 1) * S].copy()
-        out = backend.from_numpy(x_T, dtype)
+        if has_loss:
+            out[-1] = loss_acc[0]
+        res = backend.from_numpy(out, dtype)
         if recording:
-            key = id(out)
-            self._saved[key] = (weakref.ref(out) if isinstance(out, np.ndarray) else None, ckpts, seg, segs)
-            weakref.finalize(out, self._release, key)
+            key = id(res)
+            self._saved[key] = (weakref.ref(res) if isinstance(res, np.ndarray) else None, ckpts, seg, segs)
+            weakref.finalize(res, self._release, key)
         else:
             self._pool.append(seg)
             del self._pool[:-2]
-        return out, self.state_shape, dtype
+        return res, (out.size,), dtype
 
     def _take(self, n, npdt):
         """A work buffer of n elements, reused across calls (a 16 MB np.empty + first touch costs ms)."""
@@ -298,32 +438,24 @@ class Simulation:
             self._pool.append(saved[2])
             del self._pool[:-2]
 
-    def _roll(self, seg, p, ctrl, m):
+    def _roll(self, seg, p, ctrl, m, t0, loss_acc=None):
         if self.mode == "fused":
             self._run(self.rollout_kernel, seg[:(m + 1) * self.S], p, ctrl, m)
             return
-        view = seg[:(m + 1) * self.S].reshape((m + 1,) + self.state_shape)
-        pv = p.reshape(self.params_shape)
-        cv = ctrl.reshape((m,) + (self.control_shape or (1,)))
-        t0 = 0
-        if not self._validated:  # once: a step kernel that writes its input breaks Taichi's autodiff
-            before = view[0].copy()
-            self.step(view[0], pv, cv[0], view[1], *self.constants)
-            if not np.array_equal(before, view[0], equal_nan=True):
-                raise RuntimeError(
-                    f"Simulation {self.name!r}: the step kernel wrote its input {self._x_name()!r}. A step must "
-                    "read x and write only x_next (Taichi's autodiff is silently wrong otherwise).")
-            self._validated = True
-            t0 = 1
-        for t in range(t0, m):
-            self.step(view[t], pv, cv[t], view[t + 1], *self.constants)
+        self._stepper(seg.dtype).forward(seg, p, ctrl, m, t0, loss_acc)
+
+    def _check_input_unchanged(self, before, after):
+        """Once: a step kernel that writes its input breaks Taichi's autodiff."""
+        if not np.array_equal(before, np.asarray(after).reshape(before.shape), equal_nan=True):
+            raise RuntimeError(
+                f"Simulation {self.name!r}: the step kernel wrote its input {self._x_name()!r}. A step must "
+                "read x and write only x_next and scratch (Taichi's autodiff is silently wrong otherwise).")
+        self._validated = True
 
     def _x_name(self):
-        try:
-            import inspect
-            return next(iter(inspect.signature(self.step).parameters))
-        except Exception:  # pragma: no cover
-            return "x"
+        from ._launch import signature_names
+        names = signature_names(self.kernels[0]) if self.kernels else []
+        return names[0] if names else "x"
 
     def _run(self, kernel, *args):
         """Launch a fused kernel on flat numpy arrays (CPU zero-copy; device: copy in and out)."""
@@ -346,21 +478,20 @@ class Simulation:
                 a[...] = d.to_numpy()[:a.size].reshape(a.shape)
 
     # --- reverse mode ----------------------------------------------------------------------
-    def _vjp(self, g, *ins, out, sim):
+    def _vjp(self, g, *ins, out, sim, times):
         if self.mode == "per_step" and runtime.arch() == "vulkan":
             raise RuntimeError(VULKAN_MSG.format(name=self.name))
         need_p = needs(1)
-        flat = self.grad_prim(g, *ins, out, sim=self, need_params=int(need_p))
-        sizes = [x.size for x in ins]
+        flat = self.grad_prim(g, *ins, out, sim=self, times=times, need_params=int(need_p))
         cots, start = [], 0
-        for x, n in zip(ins, sizes):
-            cots.append(flat[start:start + n].reshape(x.shape))
-            start += n
+        for x in ins:
+            cots.append(flat[start:start + x.size].reshape(x.shape))
+            start += x.size
         if not need_p:
             cots[1] = None
         return tuple(cots)
 
-    def _grad_forward(self, g, *ins, sim, need_params):
+    def _grad_forward(self, g, *ins, sim, times, need_params):
         x0, params = ins[0], ins[1]
         out = ins[-1]
         ins = ins[:-1]
@@ -374,49 +505,121 @@ class Simulation:
         _, ckpts, seg, segs = saved
         ctrl = self._host(ins[2]) if len(ins) > 2 else np.zeros(self.steps * C, npdt)
         p = self._host(params)
-        lam = self._host(g).copy()
+        if self.check and not self._checked:
+            self.check_step(ckpts[0], p, ctrl[:C])
+            self._checked = True
+        gall = self._host(g)
+        g_loss = float(gall[-1]) if self.loss_kernel is not None else None
+        where = {}
+        for i, t in enumerate(times):
+            where.setdefault(t, []).append(i)
+        lam = np.zeros(S, npdt)
         gp = np.zeros(self.P, npdt)
         gc = np.zeros(self.steps * C, npdt)
         work = np.zeros(S, npdt)
         for j in range(len(segs) - 1, -1, -1):
             a, b = segs[j]
             m = b - a
+            for i in where.get(b, ()):
+                lam += gall[i * S:(i + 1) * S]
             if j != len(segs) - 1:  # the last segment is still in `seg` from the forward
                 seg[:S] = ckpts[j]
-                self._roll(seg, p, ctrl[a * C:b * C], m)
-            self._adj(seg[:(m + 1) * S], p, ctrl[a * C:b * C], m, lam, work, gp, gc[a * C:b * C], need_params)
+                self._roll(seg, p, ctrl[a * C:b * C], m, a)
+            self._adj(seg[:(m + 1) * S], p, ctrl[a * C:b * C], m, a, lam, work, gp, gc[a * C:b * C], need_params,
+                      g_loss)
+        for i in where.get(0, ()):
+            lam += gall[i * S:(i + 1) * S]
         parts = [lam, gp] + ([gc] if len(ins) > 2 else [])
         flat = np.concatenate(parts)
         return backend.from_numpy(flat, dtype), (flat.size,), dtype
 
-    def _adj(self, seg, p, ctrl, m, lam, work, gp, gc, need_params):
+    def _adj(self, seg, p, ctrl, m, t0, lam, work, gp, gc, need_params, g_loss=None):
         if self.mode == "fused":
             self._run(self.adjoint_kernel, seg, p, ctrl, m, lam, work, gp, gc, need_params)
             return
-        ti = runtime.ensure_init()
-        dtype = ti.f64 if seg.dtype == np.float64 else ti.f32
-        cs = self.control_shape or (1,)
-        key = (dtype, self.state_shape)
-        if self._grad_bufs is None or self._grad_bufs[0] != key:
-            self._grad_bufs = (key, ti.ndarray(dtype, self.state_shape, needs_grad=True),
-                               ti.ndarray(dtype, self.params_shape, needs_grad=True),
-                               ti.ndarray(dtype, cs, needs_grad=True),
-                               ti.ndarray(dtype, self.state_shape, needs_grad=True))
-        _, xa, pa, ca, xb = self._grad_bufs
-        K = copy_kernels()
-        K["load"](p, pa, pa.grad)
-        S, C = self.S, self.C
-        for t in range(m - 1, -1, -1):
-            K["load"](seg[t * S:(t + 1) * S], xa, xa.grad)
-            K["load"](ctrl[t * C:(t + 1) * C], ca, ca.grad)
-            K["put"](lam, xb.grad)
-            self.step.grad(xa, pa, ca, xb, *self.constants)
-            K["get"](xa.grad, lam)
-            K["get"](ca.grad, gc[t * C:(t + 1) * C])
-        if need_params:
-            tmp = np.empty(self.P, p.dtype)
-            K["get"](pa.grad, tmp)
-            gp += tmp
+        self._stepper(seg.dtype).backward(seg, p, ctrl, m, t0, lam, work, gp, gc, g_loss)
+
+    # --- checking one step against finite differences --------------------------------------
+    def _step_eval(self, x, p, c, t=0):
+        """(x_next, step loss) of one step from numpy inputs, no gradient."""
+        npdt = x.dtype
+        S = self.S
+        seg = np.zeros(2 * S, npdt)
+        seg[:S] = x
+        acc = np.zeros(1, npdt) if self.loss_kernel is not None else None
+        if self.mode == "fused":
+            self._run(self.rollout_kernel, seg, p.copy(), c.copy(), 1)
+        else:
+            self._stepper(npdt).forward(seg, p.copy(), c.copy(), 1, t, acc)
+        return seg[S:].copy(), (acc[0] if acc is not None else 0.0)
+
+    def _step_vjp(self, x, p, c, u, u_loss, t=0):
+        npdt = x.dtype
+        S = self.S
+        seg = np.zeros(2 * S, npdt)
+        seg[:S] = x
+        if self.mode == "fused":
+            self._run(self.rollout_kernel, seg, p.copy(), c.copy(), 1)
+        else:
+            self._stepper(npdt).forward(seg, p.copy(), c.copy(), 1, t, None)
+        lam = u.astype(npdt).copy()
+        gp = np.zeros(self.P, npdt)
+        gc = np.zeros(self.C, npdt)
+        self._adj(seg, p.copy(), c.copy(), 1, t, lam, np.zeros(S, npdt), gp, gc, 1,
+                  u_loss if self.loss_kernel is not None else None)
+        return lam, gp, gc
+
+    def check_step(self, x, params=None, control=None, *, t=0, eps=None, rtol=None, seed=0):
+        """Compare one step's VJP (the kernels' ``.grad``, or the fused adjoint) with central finite
+        differences at the state ``x``; raise :class:`SimulationCheckError` naming each derivative
+        (output x_next or the step loss, with respect to x, params or control) that disagrees.
+
+        Returns a dict ``{"d(x_next)/d(x)": relative error, ...}`` when all agree. Use float64:
+        in float32 the check is loose (eps 1e-3, tolerance 5e-2)."""
+        x = np.ascontiguousarray(np.asarray(x.numpy() if hasattr(x, "numpy") else x)).reshape(-1)
+        npdt = x.dtype if x.dtype in (np.float32, np.float64) else np.float64
+        x = x.astype(npdt)
+        p = np.zeros(self.P, npdt) if params is None else np.asarray(
+            params.numpy() if hasattr(params, "numpy") else params, npdt).reshape(-1).copy()
+        c = np.zeros(self.C, npdt) if control is None else np.asarray(
+            control.numpy() if hasattr(control, "numpy") else control, npdt).reshape(-1).copy()
+        f64 = npdt == np.float64
+        eps = eps or (1e-6 if f64 else 1e-3)
+        rtol = rtol or (1e-5 if f64 else 5e-2)
+        rng = np.random.default_rng(seed)
+        outs = [("x_next", rng.standard_normal(self.S).astype(npdt), 0.0)]
+        if self.loss_kernel is not None:
+            outs.append(("loss", np.zeros(self.S, npdt), 1.0))
+        inputs = [("x", x), ("params", p)] + ([("control", c)] if self.control_shape is not None else [])
+        report, bad = {}, []
+        for oname, u, ul in outs:
+            gx, gp, gc = self._step_vjp(x, p, c, u, ul, t)
+            for (iname, val), g in zip(inputs, (gx, gp, gc)):
+                d = rng.standard_normal(val.size).astype(npdt)
+                h = eps * max(1.0, float(np.abs(val).max()) if val.size else 1.0)
+                plus, minus = [v.copy() for v in (x, p, c)], [v.copy() for v in (x, p, c)]
+                k = [n for n, _ in inputs].index(iname)
+                plus[k] = plus[k] + h * d
+                minus[k] = minus[k] - h * d
+                (xp, lp), (xm, lm) = self._step_eval(*plus, t=t), self._step_eval(*minus, t=t)
+                if oname == "x_next":
+                    fd = float(np.dot(u.astype(np.float64), (xp.astype(np.float64) - xm) / (2 * h)))
+                else:
+                    fd = (float(lp) - float(lm)) / (2 * h)
+                ad = float(np.dot(g.astype(np.float64), d))
+                err = abs(ad - fd) / max(abs(fd), abs(ad), 1e-12 if f64 else 1e-6)
+                key = f"d({oname})/d({iname})"
+                report[key] = err
+                if not (err <= rtol) and abs(ad - fd) > (1e-9 if f64 else 1e-4):
+                    bad.append(f"{key}: VJP gives {ad:.6e}, finite differences {fd:.6e} (relative error {err:.1e})")
+        if bad:
+            raise SimulationCheckError(
+                f"Simulation {self.name!r}: the step's derivatives disagree with finite differences at step {t}:\n  "
+                + "\n  ".join(bad) + "\nCheck the step kernels against Taichi's autodiff rules (docs/physics.md, "
+                "'Rules for step kernels'): a kernel that overwrites a value another loop already read, writes its "
+                "inputs, or reads a local vector with a runtime index is reversed wrongly. (A kink in the step "
+                "at this state, e.g. a contact, can also trip the check: try check_step at another state.)")
+        return report
 
     def _no_second_order(self, *args, **kwargs):
-        raise NotImplementedError(FIRST_ORDER_MSG.format(name=self.name))
+        raise NotImplementedError(SECOND_ORDER_MSG.format(name=self.name))

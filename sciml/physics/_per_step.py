@@ -1,0 +1,250 @@
+"""The per-step engine: one launch per step kernel forward, Taichi's ``.grad`` per kernel backward.
+
+Host (CPU): the rollout's history is one flat numpy buffer; step t reads row t and writes row t+1
+in place (zero-copy views), and the adjoint runs on the same rows with gradient buffers passed as
+raw pointers (``_launch.RawKernel``): no per-step copies, ~10 us of Python per launch.
+
+Device archs: the same loop on staging ``ti.ndarray``s (rows copied in and out, Taichi's own call).
+
+Both run every step kernel's ``.grad`` with the forward's own x_t and x_{t+1} loaded (a step that
+reads ``x_next`` after writing it, a scatter then a gather, is reversed against the values it saw),
+and recompute scratch arrays from x_t before reversing a step (scratch is never stored).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import backend, runtime
+from ._launch import RawKernel
+
+
+class HostStepper:
+    """Per-step forward and backward on numpy rows (CPU).
+
+    Every launch context (which rows, which gradient buffers, the step index) is built once per
+    (history buffer, segment) and relaunched: ~2 us of Python per launch instead of ~30-60 us for a
+    Taichi call. Parameters, controls and gradients live in buffers owned here (stable addresses)."""
+
+    MAX_CONTEXTS = 1 << 16  # cached launch contexts before the cache is dropped (~ a few hundred bytes each)
+
+    def __init__(self, sim, npdt):
+        self.sim = sim
+        self.npdt = npdt
+        self.cs = sim.control_shape or (1,)
+        S, P, C, T = sim.S, sim.P, sim.C, sim.steps
+        self.scratch = [np.zeros(s, npdt) for s in sim.scratch.values()]
+        self.scratch_g = [np.zeros(s, npdt) for s in sim.scratch.values()]
+        self.fwd = [(RawKernel(k, False), t) for k, t in zip(sim.kernels, sim.kernel_t)]
+        self.bwd = [(RawKernel(k, True), t) for k, t in zip(sim.kernels, sim.kernel_t)][::-1]
+        self.loss_f = RawKernel(sim.loss_kernel, False) if sim.loss_kernel is not None else None
+        self.loss_b = RawKernel(sim.loss_kernel, True) if sim.loss_kernel is not None else None
+        self.lout = np.zeros(1, npdt)
+        self.lout_g = np.zeros(1, npdt)
+        self.p = np.zeros(sim.params_shape, npdt)
+        self.gp = np.zeros(sim.params_shape, npdt)
+        self.c = np.zeros((T,) + self.cs, npdt)
+        self.gc = np.zeros((T,) + self.cs, npdt)
+        self.lam = [np.zeros(sim.state_shape, npdt), np.zeros(sim.state_shape, npdt)]
+        self.consts = list(sim.constants)
+        self.none = [None] * (4 + len(self.scratch) + len(self.consts) + 1)
+        self.plans = {}
+        self.n_ctx = 0
+
+    def _rows(self, seg, m):
+        return seg[:(m + 1) * self.sim.S].reshape((m + 1,) + self.sim.state_shape)
+
+    def _args(self, rows, t, tt):
+        return [rows[t], self.p, self.c[tt], rows[t + 1], *self.scratch, *self.consts]
+
+    def _plan(self, seg, t0, m, backward):
+        key = (seg.__array_interface__["data"][0], t0, m, backward)
+        plan = self.plans.get(key)
+        if plan is not None:
+            return plan
+        if self.n_ctx > self.MAX_CONTEXTS:
+            self.plans.clear()
+            self.n_ctx = 0
+        sim, rows = self.sim, self._rows(seg, m)
+        plan = []
+        for t in range(m):
+            tt = t0 + t
+            base = self._args(rows, t, tt)
+            fw = [rk.context(base + [tt] if has_t else base, self.none) for rk, has_t in self.fwd]
+            la = [rows[t + 1], self.p, self.c[tt], self.lout, *self.consts] + ([tt] if sim.loss_t else [])
+            if not backward:
+                lf = self.loss_f.context(la, self.none) if self.loss_f is not None else None
+                plan.append((fw, lf))
+                continue
+            g_x, g_xn = self.lam[(m - t) % 2], self.lam[(m - 1 - t) % 2]
+            grads = [g_x, self.gp, self.gc[tt], g_xn, *self.scratch_g] + [None] * (len(self.consts) + 1)
+            bw = [rk.context(base + [tt] if has_t else base, grads) for rk, has_t in self.bwd]
+            lb = None
+            if self.loss_b is not None:
+                lb = self.loss_b.context(la, [g_xn, self.gp, self.gc[tt], self.lout_g] + [None] * (len(self.consts) + 1))
+            plan.append((fw if self.scratch else None, g_x, bw, lb))
+        self.n_ctx += m * (len(self.fwd) + 1) * (2 if backward else 1)
+        self.plans[key] = plan
+        return plan
+
+    def forward(self, seg, p, ctrl, m, t0, loss_acc=None):
+        """Steps t0 .. t0+m-1: row 0 of ``seg`` holds x_{t0}; fills rows 1..m. ``loss_acc`` (shape (1,)):
+        the per-step losses are added to it."""
+        sim = self.sim
+        self.p.reshape(-1)[:] = p
+        self.c[t0:t0 + m] = ctrl.reshape((m,) + self.cs)
+        if not sim._validated:  # the first step through Taichi's checks, and the input-write check
+            rows = self._rows(seg, m)
+            before = rows[0].copy()
+            rows[1].fill(0.0)
+            for s in self.scratch:
+                s.fill(0.0)
+            base = self._args(rows, 0, t0)
+            for rk, has_t in self.fwd:
+                rk(base + [t0] if has_t else base, self.none)
+            sim._check_input_unchanged(before, rows[0])
+        plan = self._plan(seg, t0, m, False)
+        rows = self._rows(seg, m)
+        fl = [rk.launcher() for rk, _ in self.fwd]
+        lfl = self.loss_f.launcher() if (self.loss_f is not None and loss_acc is not None) else None
+        scratch = self.scratch
+        for t, (fw, lf) in enumerate(plan):
+            rows[t + 1].fill(0.0)
+            for s in scratch:
+                s.fill(0.0)
+            for (lk, ck), c in zip(fl, fw):
+                lk(ck, c)
+            if lfl is not None:
+                self.lout[0] = 0.0
+                lfl[0](lfl[1], lf)
+                loss_acc[0] += self.lout[0]
+
+    def backward(self, seg, p, ctrl, m, t0, lam, work, gp, gc, g_loss=None):
+        """``lam`` holds dL/dx_{t0+m} on entry, dL/dx_{t0} on exit; adds dL/dparams into ``gp`` and writes
+        dL/dcontrols of these steps into ``gc`` (m C). ``g_loss``: cotangent of the summed per-step loss."""
+        sim = self.sim
+        self.p.reshape(-1)[:] = p
+        self.c[t0:t0 + m] = ctrl.reshape((m,) + self.cs)
+        self.gp.fill(0.0)
+        self.gc[t0:t0 + m] = 0.0
+        self.lam[0].reshape(-1)[:] = lam
+        self.lout_g[0] = g_loss if g_loss is not None else 0.0
+        use_loss = g_loss is not None
+        plan = self._plan(seg, t0, m, True)
+        fl = [rk.launcher() for rk, _ in self.fwd]
+        bl = [rk.launcher() for rk, _ in self.bwd]
+        lbl = self.loss_b.launcher() if (use_loss and self.loss_b is not None and plan) else None
+        scratch, scratch_g = self.scratch, self.scratch_g
+        rows = self._rows(seg, m)
+        for t in range(m - 1, -1, -1):
+            fw, g_x, bw, lb = plan[t]
+            if fw is not None:  # recompute this step's scratch from x_t (never stored)
+                rows[t + 1].fill(0.0)
+                for s in scratch:
+                    s.fill(0.0)
+                for (lk, ck), c in zip(fl, fw):
+                    lk(ck, c)
+                for s in scratch_g:
+                    s.fill(0.0)
+            g_x.fill(0.0)
+            if lbl is not None and lb is not None:
+                lbl[0](lbl[1], lb)
+            for (lk, ck), c in zip(bl, bw):
+                lk(ck, c)
+        lam[...] = self.lam[m % 2].reshape(-1)
+        gp += self.gp.reshape(-1)
+        gc[...] = self.gc[t0:t0 + m].reshape(-1)
+
+
+class StagedStepper:
+    """The same loop on staging ti.ndarrays (device archs; also used to test this path on CPU)."""
+
+    def __init__(self, sim, npdt):
+        from ..autodiff.taichi_bridge import copy_kernels
+        ti = runtime.ensure_init()
+        self.sim = sim
+        self.ti = ti
+        self.K = copy_kernels()
+        self.npdt = npdt
+        dt = ti.f64 if npdt == np.float64 else ti.f32
+        cs = sim.control_shape or (1,)
+        self.cs = cs
+        nd = lambda s: ti.ndarray(dt, s, needs_grad=True)  # noqa: E731
+        self.X, self.XN, self.P, self.C = nd(sim.state_shape), nd(sim.state_shape), nd(sim.params_shape), nd(cs)
+        self.scr = [nd(s) for s in sim.scratch.values()]
+        self.L = nd((1,))
+        self.zero = {id(a): np.zeros(int(np.prod(a.shape)), npdt) for a in [self.X, self.XN, self.L, *self.scr]}
+
+    def _clear(self, a, grad_too=True):
+        z = self.zero[id(a)]
+        if grad_too:
+            self.K["load"](z, a, a.grad)
+        else:
+            self.K["put"](z, a)
+
+    def _args(self, t):
+        return [self.X, self.P, self.C, self.XN, *self.scr, *self.sim.constants]
+
+    def _run_fwd(self, t):
+        base = self._args(t)
+        for k, has_t in zip(self.sim.kernels, self.sim.kernel_t):
+            k(*(base + [t] if has_t else base))
+
+    def forward(self, seg, p, ctrl, m, t0, loss_acc=None):
+        sim, K, S, C = self.sim, self.K, self.sim.S, self.sim.C
+        K["put"](p, self.P)
+        for t in range(m):
+            K["put"](seg[t * S:(t + 1) * S], self.X)
+            K["put"](ctrl[t * C:(t + 1) * C], self.C)
+            self._clear(self.XN, False)
+            for s in self.scr:
+                self._clear(s, False)
+            first = not sim._validated
+            if first:
+                before = seg[t * S:(t + 1) * S].copy()
+            self._run_fwd(t0 + t)
+            if first:
+                after = np.empty(S, self.npdt)
+                K["get"](self.X, after)
+                sim._check_input_unchanged(before, after)
+            K["get"](self.XN, seg[(t + 1) * S:(t + 2) * S])
+            if loss_acc is not None and sim.loss_kernel is not None:
+                self._clear(self.L, False)
+                la = [self.XN, self.P, self.C, self.L, *sim.constants]
+                sim.loss_kernel(*(la + [t0 + t] if sim.loss_t else la))
+                out = np.empty(1, self.npdt)
+                K["get"](self.L, out)
+                loss_acc[0] += out[0]
+
+    def backward(self, seg, p, ctrl, m, t0, lam, work, gp, gc, g_loss=None):
+        sim, K, S, C = self.sim, self.K, self.sim.S, self.sim.C
+        K["load"](p, self.P, self.P.grad)
+        tmp = np.empty(S, self.npdt)
+        for t in range(m - 1, -1, -1):
+            K["load"](seg[t * S:(t + 1) * S], self.X, self.X.grad)
+            K["load"](ctrl[t * C:(t + 1) * C], self.C, self.C.grad)
+            if sim.scratch:
+                self._clear(self.XN, False)
+                for s in self.scr:
+                    self._clear(s)
+                self._run_fwd(t0 + t)
+            K["put"](seg[(t + 1) * S:(t + 2) * S], self.XN)  # the forward's own x_{t+1}
+            K["put"](lam, self.XN.grad)
+            if g_loss is not None and sim.loss_kernel is not None:
+                K["put"](np.full(1, g_loss, self.npdt), self.L.grad)
+                la = [self.XN, self.P, self.C, self.L, *sim.constants]
+                sim.loss_kernel.grad(*(la + [t0 + t] if sim.loss_t else la))
+            base = self._args(t0 + t)
+            for k, has_t in list(zip(sim.kernels, sim.kernel_t))[::-1]:
+                k.grad(*(base + [t0 + t] if has_t else base))
+            K["get"](self.X.grad, tmp)
+            lam[...] = tmp
+            K["get"](self.C.grad, gc[t * C:(t + 1) * C])
+        out = np.empty(sim.P, self.npdt)
+        K["get"](self.P.grad, out)
+        gp += out
+
+
+def make_stepper(sim, npdt):
+    if backend.on_host() and not sim._force_staged:
+        return HostStepper(sim, npdt)
+    return StagedStepper(sim, npdt)
