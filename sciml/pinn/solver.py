@@ -3,72 +3,37 @@
 
 Each stage is an optimizer and a number of steps. First-order optimizers (Adam, SGD, ...)
 take one gradient step per step; curvature optimizers (L-BFGS, Levenberg–Marquardt, ...)
-are handed the loss function and run their own iterations (a step = an iteration). The
-loss is ``sum_i w_i mean(r_i^2)`` over the PDE residual and the conditions, with fixed or
-adaptive weights (weighting.py); all derivatives of one evaluation come from one network
-call (operators.py: the fused Taylor-mode kernels when they apply).
+are handed the loss function and run their own iterations (a step = an iteration); the stage
+runners are in stages.py. The loss is ``sum_i w_i mean(r_i^2)`` over the PDE residual and
+the conditions, with fixed or adaptive weights (weighting.py); all derivatives of one
+evaluation come from one network call (operators.py: the fused Taylor-mode kernels when they
+apply). Checkpoints (checkpoint.py) record the stage and step, so a stopped run resumes where
+it stopped; console.py shows the progress.
 """
 import contextlib
 import math
 import os
+import signal
+import sys
+import threading
 import time
 
 import numpy as np
 
 from .. import backend
 from .. import distributed as dist
+from .._io import check_output_path
 from ..autodiff import ops
-from ..autodiff.pytree import flatten, unflatten
+from ..autodiff.pytree import flatten
 from ..autodiff.tensor import tensor
 from ..autodiff.transforms import vjp
+from . import checkpoint as ckpt
 from . import sampling
+from .console import Console
 from .problem import Batch, Loss, Problem
+from .result import Progress, Result, errors, reference_grid
+from .stages import ResamplePolicy, is_curvature, run_stage, with_batch
 from .weighting import as_weighting
-
-
-class Result:
-    """What ``solve`` returns.
-
-    Attributes:
-        net: the trained network (trained in place).
-        params: its parameters, ``net.params()``.
-        parameters: fitted PDE coefficients, dict name -> float (inverse problems).
-        history: dict of lists: ``step``, ``loss``, one list per loss term, ``rel_l2``
-            (nan where not evaluated), ``time`` (seconds since the start).
-        rel_l2: relative L2 error vs the reference on its grid (nan without reference).
-        errors: dict with ``rel_l2``, ``max_abs`` and ``rmse`` (empty without reference).
-        time: wall time of the run in seconds.
-        path: derivative path used (``'fused'``, ``'generic'`` or ``'autodiff'``).
-    """
-
-    def __init__(self, problem, net, loss, history, errors, wall, grid):
-        self.problem, self.net, self.history, self.errors, self.time = problem, net, history, errors, wall
-        self.params = net.params()
-        self.rel_l2 = errors.get("rel_l2", float("nan"))
-        self.path = loss.path_used
-        self._loss, self._grid = loss, grid
-        self.parameters = {k: p.fitted for k, p in problem.parameters.items()}
-
-    def predict(self, points):
-        """Network output (hard constraints applied) at points ``(m, dim)``: numpy ``(m, k)``."""
-        x = self.problem.domain._points(points, "predict")
-        return self._loss.predict({"net": self.params}, x)
-
-    def plot(self, path=None, show=False):
-        """Solution, reference, pointwise error and loss curves in one figure (matplotlib).
-
-        Args:
-            path: file to write (``.png``, ``.pdf``, ...); None: do not save.
-            show: also ``plt.show()``.
-        Returns:
-            The matplotlib Figure.
-        """
-        from .plot import plot_result
-        return plot_result(self, path, show)
-
-    def __repr__(self):
-        extra = "".join(f", {k}={v:.6g}" for k, v in self.parameters.items())
-        return f"Result(rel_l2={self.rel_l2:.3e}, time={self.time:.1f}s{extra})"
 
 
 def _default_stages():
@@ -80,14 +45,6 @@ def _default_stages():
     except ImportError:
         pass
     return stages
-
-
-def _is_curvature(opt):
-    return hasattr(opt, "_minimize") or getattr(opt, "needs_loss", False)
-
-
-def _is_least_squares(opt):
-    return any(c.__name__ in ("LevenbergMarquardt", "GaussNewton") for c in type(opt).__mro__)
 
 
 def _check_stages(stages):
@@ -165,82 +122,6 @@ def sample_batch(problem, points, rng, method, dtype):
     return Batch(problem, interior, cond_pts, dtype)
 
 
-def _reference_grid(problem):
-    ref = problem.reference
-    if ref is None:
-        return None
-    if hasattr(ref, "grid") and problem.domain.dim == 2:
-        X, Y, U = ref.grid(256, 100) if "t" in problem.names else ref.grid(101, 101)
-        pts = np.stack([X.ravel(), Y.ravel()], axis=1)
-        return {"points": pts, "u": np.reshape(U, (len(pts), -1)), "shape": X.shape,
-                "X": X, "Y": Y}
-    dom = problem.domain
-    pts = dom.sample_interior(4096 if dom.dim > 1 else 1001, method="grid")
-    if dom.dim == 1:
-        lo, hi = dom.bbox
-        pts = np.linspace(lo[0], hi[0], 1001)[:, None]
-    u = np.asarray(ref(pts), dtype=np.float64)
-    return {"points": pts, "u": np.reshape(u, (len(pts), -1)), "shape": None}
-
-
-def _errors(loss, params, grid):
-    if grid is None:
-        return {}
-    pred = loss.predict(params, grid["points"]).astype(np.float64)
-    ref = grid["u"]
-    if pred.shape != ref.shape:
-        pred = pred[:, :ref.shape[1]]
-    diff = pred - ref
-    return {"rel_l2": float(np.linalg.norm(diff) / max(np.linalg.norm(ref), 1e-300)),
-            "max_abs": float(np.abs(diff).max()), "rmse": float(np.sqrt(np.mean(diff ** 2)))}
-
-
-class Progress:
-    """Passed to callbacks: ``stage``, ``step`` (global), ``loss``, ``terms`` (dict), ``weights``
-    (dict), ``parameters`` (fitted PDE coefficients, dict), ``params``, ``elapsed``. A callback
-    returning True stops the run."""
-
-    def __init__(self, **kw):
-        self.__dict__.update(kw)
-
-
-def _save_checkpoint(path, params, stage, step, weights, history, opt):
-    if not dist.is_main():  # under MPI only rank 0 writes (every rank holds the same values)
-        return
-    leaves, _ = flatten(params)
-    data = {f"p{i}": np.asarray(l.numpy()) for i, l in enumerate(leaves)}
-    data["stage"], data["step"], data["weights"] = np.array(stage), np.array(step), weights
-    for k, v in history.items():
-        data[f"h.{k}"] = np.asarray(v, dtype=np.float64)
-    if opt is not None and not _is_curvature(opt) and hasattr(opt, "state_dict"):
-        try:
-            sd = opt.state_dict()
-            data["opt.step"] = np.array(sd["step"])
-            for k, v in sd["state"].items():
-                data[f"opt.{k}"] = np.asarray(v)
-        except Exception:   # an optimizer without a saveable state: resume restarts it
-            pass
-    tmp = path + ".tmp.npz"
-    np.savez(tmp, **data)
-    os.replace(tmp, path)
-
-
-def _load_checkpoint(path, params):
-    z = np.load(path)
-    leaves, _ = flatten(params)
-    for i, p in enumerate(leaves):
-        a = z[f"p{i}"]
-        if a.shape != p.shape:
-            raise ValueError(f"solve(checkpoint={path!r}): parameter {i} has shape {a.shape} in the "
-                             f"checkpoint but {p.shape} in the network; it comes from another "
-                             "network or problem (delete it or pass resume=False).")
-        p._assign(a)
-    hist = {k[2:]: list(z[k]) for k in z.files if k.startswith("h.")}
-    opt = {k[4:]: z[k] for k in z.files if k.startswith("opt.") and k != "opt.step"}
-    opt_sd = {"step": int(z["opt.step"]), "state": opt} if "opt.step" in z.files else None
-    return int(z["stage"]), int(z["step"]), z["weights"], hist, opt_sd
-
-
 def _blas_threads(n):
     """Limit the BLAS thread pool (numpy's OpenBLAS) while training: its spinning threads and
     Taichi's compete for the same cores; measured here, 2048-point Burgers steps went from
@@ -256,7 +137,10 @@ def _blas_threads(n):
     return threadpool_limits(int(n), user_api="blas")
 
 
-def solve(problem, net, points=4096, stages=None, *, blas_threads=1, **kw):
+def solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(), checkpoint=None,
+          checkpoint_every=1000, resume=True, seed=0, dtype=None, log_every=None,
+          verbose: bool = False, progress: bool = True, resample=None, method="lhs",
+          path="auto", loss_transform=None, blas_threads=1):
     """Train a PINN: fit ``net`` so that ``problem``'s residual and conditions vanish.
 
     Args:
@@ -269,15 +153,25 @@ def solve(problem, net, points=4096, stages=None, *, blas_threads=1, **kw):
         stages: list of ``(optimizer, steps)``; default ``[(Adam(lr=1e-3), 5000), (LBFGS(),
             1000)]``. A step of a curvature optimizer is one of its iterations.
         weights: dict term -> weight, ``'grad_norm'``, or ``Fixed(...)`` / ``GradNorm(...)``.
-        callbacks: functions ``cb(progress)`` called at every log line; True stops the run.
-        checkpoint: file (``.npz``) to save parameters, stage, step, weights, history and the
-            first-order optimizer state to every ``checkpoint_every`` steps and at the end.
-        resume: if the checkpoint file exists, continue from it.
+        callbacks: functions ``cb(progress)`` (a :class:`Progress`) called at every log line;
+            one returning True stops the run after that step.
+        checkpoint: file (``.npz``; checked for a writable folder before training) to save
+            the parameters, the stage and step, weights, history, interior points, sampler
+            state and the first-order optimizer state to, every ``checkpoint_every`` steps,
+            at the end of each stage, and when the run is stopped (a callback, Ctrl-C: the
+            run ends after the current step). Written atomically: a crash leaves the
+            previous checkpoint.
+        resume: if the checkpoint file exists, continue from its stage and step (a
+            checkpoint that does not fit the problem, network or stages is refused).
         seed: seeds the point sampling (the network has its own seed).
         dtype: ``'float32'`` or ``'float64'`` (default: sciml's default dtype); the network is
             cast to it in place.
-        log_every: print a progress line every this many steps (default: about 20 lines a stage).
-        verbose: print progress lines.
+        log_every: callbacks (and ``verbose`` table rows) every this many first-order steps
+            (default: about 20 a stage); curvature stages report every optimizer call.
+        verbose: print the per-interval table (through the ``sciml.pinn`` logger) instead of
+            the progress bar.
+        progress: False: show nothing (no header, bar or summary line). By default a header,
+            one tqdm bar on stderr (plain lines when stderr is not a terminal) and a summary.
         resample: residual-adaptive resampling of the interior points every ``every`` steps
             (in curvature stages at the end of an optimizer step, which restarts its history
             unless ``'restart': False``: a dense BFGS then keeps its inverse-Hessian estimate
@@ -300,185 +194,248 @@ def solve(problem, net, points=4096, stages=None, *, blas_threads=1, **kw):
     Returns:
         :class:`Result`.
     """
-    with _blas_threads(blas_threads):
-        return _solve(problem, net, points, stages, **kw)
+    run = _Run(problem, net, points, stages, weights=weights, callbacks=callbacks,
+               checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume, seed=seed,
+               dtype=dtype, log_every=log_every, verbose=verbose, progress=progress,
+               resample=resample, method=method, path=path, loss_transform=loss_transform)
+    with _blas_threads(blas_threads), _deferred_interrupt() as interrupted:
+        run.interrupted = interrupted
+        return run.train()
 
 
-def _solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(), checkpoint=None,
-           checkpoint_every=1000, resume=True, seed=0, dtype=None, log_every=None, verbose=True,
-           resample=None, method="lhs", path="auto", loss_transform=None):
-    """Implementation of :func:`solve`."""
-    from .. import runtime
-    if not isinstance(problem, Problem):
-        raise TypeError(f"solve: problem must be a sciml.pinn.Problem, got {type(problem).__name__}.")
-    if not (hasattr(net, "params") and hasattr(net, "apply")):
-        raise TypeError(f"solve: net must be a sciml model (params() and apply()), got "
-                        f"{type(net).__name__}.")
-    dtype = runtime.default_dtype() if dtype is None else str(dtype)
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"solve: dtype must be 'float32' or 'float64', got {dtype!r}.")
-    stages = _check_stages(_default_stages() if stages is None else stages)
-    weighting = as_weighting(weights)
-    verbose = verbose and dist.is_main()  # under MPI: rank 0 prints
-    rng = sampling.as_rng(dist.rank_seed(seed) if isinstance(seed, int) else seed, "solve(seed=...)")
-    _cast_net(net, dtype)
-    _check_net(problem, net, dtype)
-    batch = sample_batch(problem, points, rng, method, dtype)
-    loss = Loss(problem, net, batch, path)
-    names = loss.term_names
-    weighting.init(names, [1.0] + [c.weight for c in problem.soft_conditions])
+class _Run:
+    """One training run: everything the stage runners share (the "state" of ``solve``).
 
-    from ..models.module import Parameter as ModelParameter
-    pde = {k: ModelParameter(tensor(p.raw_init(), dtype)) for k, p in problem.parameters.items()}
-    params = {"net": net.params(), "pde": pde}
-    grid = _reference_grid(problem)
-    history = {k: [] for k in ["step", "loss", *names, "rel_l2", "time"]}
-    start_stage, start_step, opt_sd = 0, 0, None
-    if checkpoint and resume and dist.bcast_object(os.path.exists(checkpoint)):
-        start_stage, start_step, w, hist, opt_sd = _load_checkpoint(checkpoint, params)
-        weighting.load(w)
-        history.update({k: list(v) for k, v in hist.items() if k in history})
-        if verbose:
-            print(f"resuming from {checkpoint}: stage {start_stage + 1}, step {start_step}")
-    resample = _resample_options(resample)
-    fwd, inv = _loss_transform(loss_transform)
-    dist.broadcast_parameters(params)  # under MPI: every rank starts from rank 0's parameters
+    Built (and every argument checked) before any training; ``train()`` runs the stages from
+    the checkpoint's position, ``after_step`` is the per-step policy (resampling, records,
+    progress, callbacks, checkpoints)."""
 
-    t0 = time.perf_counter()
-    w_now = lambda: [float(v) for v in weighting.w]  # noqa: E731
+    def __init__(self, problem, net, points, stages, *, weights, callbacks, checkpoint,
+                 checkpoint_every, resume, seed, dtype, log_every, verbose, progress, resample,
+                 method, path, loss_transform):
+        from .. import runtime
+        if not isinstance(problem, Problem):
+            raise TypeError(f"solve: problem must be a sciml.pinn.Problem, got "
+                            f"{type(problem).__name__}.")
+        if not (hasattr(net, "params") and hasattr(net, "apply")):
+            raise TypeError(f"solve: net must have params() and apply(params, x), got "
+                            f"{type(net).__name__}.")
+        dtype = runtime.default_dtype() if dtype is None else str(dtype)
+        if dtype not in ("float32", "float64"):
+            raise ValueError(f"solve: dtype must be 'float32' or 'float64', got {dtype!r}.")
+        self.stages = _check_stages(_default_stages() if stages is None else stages)
+        self.weighting = as_weighting(weights)
+        self.checkpoint = None if checkpoint is None else check_output_path(
+            checkpoint, arg="solve(checkpoint=...)", suffixes=(".npz",), default_suffix=".npz")
+        if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) \
+                or checkpoint_every <= 0:
+            raise ValueError(f"solve(checkpoint_every=...): expected an int > 0, got "
+                             f"{checkpoint_every!r}.")
+        self.policy = ResamplePolicy(resample)
+        self.transform = _loss_transform(loss_transform)
+        self.problem, self.net, self.dtype, self.method = problem, net, dtype, method
+        self.callbacks, self.checkpoint_every = list(callbacks), checkpoint_every
+        self.resume, self.log_every = resume, log_every
+        self.rng = sampling.as_rng(dist.rank_seed(seed) if isinstance(seed, int) else seed,
+                                   "solve(seed=...)")
+        _cast_net(net, dtype)
+        _check_net(problem, net, dtype)
+        self.loss = Loss(problem, net, sample_batch(problem, points, self.rng, method, dtype), path)
+        self.names = self.loss.term_names
+        self.weighting.init(self.names, [1.0] + [c.weight for c in problem.soft_conditions])
+        from ..models.module import Parameter as ModelParameter
+        self.pde = {k: ModelParameter(tensor(p.raw_init(), dtype))
+                    for k, p in problem.parameters.items()}
+        self.params = {"net": net.params(), "pde": self.pde}
+        self.leaves_tree = self.params if problem.parameters else {"net": self.params["net"],
+                                                                   "pde": {}}
+        self.grid = reference_grid(problem)
+        self.history = {k: [] for k in ["step", "loss", *self.names, "rel_l2", "time"]}
+        self.step, self.opt_state, self.interrupted = 0, None, lambda: False
+        show = bool(progress) and dist.is_main()   # under MPI: rank 0 shows the progress
+        self.console = Console(sum(s for _, s in self.stages), self.names, show=show,
+                               verbose=bool(verbose))
 
-    def total(p):
-        terms = loss.terms(p)
-        w = w_now()
+    # --- the loss ------------------------------------------------------------------------
+    def w_now(self):
+        return [float(v) for v in self.weighting.w]
+
+    def total(self, p):
+        terms = self.loss.terms(p)
+        w = self.w_now()
         tot = terms[0] * w[0]
         for wi, ti in zip(w[1:], terms[1:]):
             tot = tot + ti * wi
         return tot, terms
 
-    def record(step, value, terms, force_eval=False):
-        history["step"].append(step)
-        history["loss"].append(value)
-        for n, t in zip(names, terms):
-            history[n].append(float(t))
-        history["time"].append(time.perf_counter() - t0)
-        err = _errors(loss, params, grid)["rel_l2"] if (force_eval and grid) else float("nan")
-        history["rel_l2"].append(err)
+    def term_grad_norms(self):
+        return _term_grad_norms(self.loss, self.params)
+
+    # --- the run -------------------------------------------------------------------------
+    def train(self):
+        start, first = self._resume()
+        self.console.header(self._header(start, first))
+        self.console.start(self.step)
+        self.t0 = self._tick = time.perf_counter()
+        self._tick_step = self.step
+        stopped, si = False, start
+        for si in range(start, len(self.stages)):
+            opt, steps = self.stages[si]
+            opt.bind(self.leaves_tree)
+            if si == start and self.opt_state is not None and not is_curvature(opt):
+                with contextlib.suppress(Exception):   # another optimizer kind: it restarts
+                    opt.load_state_dict(self.opt_state)
+            k0 = first if si == start else 0
+            self._pos = None
+            try:
+                k, stopped = run_stage(self, si, opt, steps, k0)
+            except KeyboardInterrupt:   # raised inside a step: keep the last finished one
+                if self._pos is not None:
+                    self.save(*self._pos)
+                self.console.close("interrupted")
+                raise
+            if stopped:
+                self.save(si, k, opt)
+                break
+            self.console.shrink(steps - k)   # a curvature stage that converged early
+            self.save(si + 1, 0, None)
+        return self._finish(stopped, si)
+
+    def after_step(self, si, opt, k, steps, n, value, terms, *, log, force_resample=False):
+        """Everything after ``n`` optimizer steps (now at step ``k`` of ``steps`` in stage
+        ``si``); returns True when the run must stop (a callback, Ctrl-C)."""
+        self.step += n
+        self._pos = (si, k, opt)
+        if k < steps and self.policy.due(self.step, n, force_resample):
+            self.loss = self.policy.resample(self.problem, self.loss, self.params, self.rng,
+                                             self.dtype, self.method)
+            if is_curvature(opt) and self.policy.opts["restart"]:   # a new objective
+                opt.bind(self.leaves_tree)
+        label = type(opt).__name__
+        if not math.isfinite(value):
+            raise FloatingPointError(f"solve: the loss became {value} at step {self.step} "
+                                     f"({label}); lower the learning rate or check the problem.")
+        err = self._record(value, terms, log)
+        now = time.perf_counter()
+        rate = (self.step - self._tick_step) / max(now - self._tick, 1e-9)
+        fitted = _fitted(self.problem, self.pde)
+        self.console.update(n, stage=label, k=min(k, steps), steps=steps, value=value,
+                            terms=terms, err=err, rate=rate, extra=fitted)
+        stop = False
+        if log:
+            self._tick, self._tick_step = now, self.step
+            self.console.line(label, min(k, steps), steps, value, terms, err, rate,
+                              self.weighting.w if self.weighting.adaptive else None, fitted)
+            info = Progress(stage=si, step=self.step, loss=value, rel_l2=err,
+                            terms=dict(zip(self.names, map(float, terms))),
+                            weights=dict(zip(self.names, self.w_now())), params=self.params,
+                            parameters=fitted, elapsed=now - self.t0)
+            for cb in self.callbacks:
+                stop = bool(cb(info)) or stop
+        stop = stop or self.interrupted()
+        every = self.checkpoint_every
+        if not stop and k < steps and self.step // every > (self.step - n) // every:
+            self.save(si, k, opt)
+        return stop
+
+    def save(self, stage, step, opt):
+        if self.checkpoint:
+            ckpt.save(self.checkpoint, self.params, stage, step, self.weighting.state(),
+                      self.history, opt, interior=self.loss.batch.interior, rng=self.rng,
+                      global_step=self.step)
+
+    def _record(self, value, terms, evaluate):
+        h = self.history
+        h["step"].append(self.step)
+        h["loss"].append(value)
+        for n, t in zip(self.names, terms):
+            h[n].append(float(t))
+        h["time"].append(time.perf_counter() - self.t0)
+        err = errors(self.loss, self.params, self.grid)["rel_l2"] if (evaluate and self.grid) \
+            else float("nan")
+        h["rel_l2"].append(err)
         return err
 
-    global_step = sum(s for _, s in stages[:start_stage]) + start_step
-    stop = False
-    for si, (opt, steps) in enumerate(stages):
-        if si < start_stage or stop:
-            continue
-        first = start_step if si == start_stage else 0
-        label = type(opt).__name__
-        every = log_every or max(1, steps // 20)
-        curv = _is_curvature(opt)
-        leaves_tree = params if problem.parameters else {"net": params["net"], "pde": {}}
-        opt.bind(leaves_tree)
-        if opt_sd is not None and si == start_stage and not curv:
-            try:
-                opt.load_state_dict(opt_sd)
-            except Exception:
-                pass
-        tick, tick_step = time.perf_counter(), first
-        k = first
-        while k < steps and not stop:
-            k_prev = k
-            if curv:
-                if _is_least_squares(opt):   # Levenberg–Marquardt / Gauss–Newton: residuals
-                    chunk_fn = dist.wrap_residuals(lambda p: loss.residual_vector(p, w_now()))  # all ranks' residuals
-                else:
-                    glob = dist.wrap_loss(lambda p: total(p)[0])  # global mean over MPI ranks
-                    chunk_fn = glob if fwd is None else (lambda p, glob=glob: fwd(glob(p)))
-                res = _curvature_chunk(opt, chunk_fn, steps - k)
-                done = max(int(getattr(res, "iterations", 1)), 0)
-                k += max(done, 1)
-                global_step += max(done, 1)
-                with_log = True
-                value, terms = float(res.loss), dist.all_reduce(loss.terms(params))
-                if fwd is not None and not _is_least_squares(opt):
-                    value = inv(value)
-                why = getattr(res, "reason", "")
-                force = (why == "line_search" and done > 0 and resample is not None and k < steps
-                         and (resample["until"] is None or global_step <= resample["until"]))
-                if force:
-                    # no decrease found on these points (float32 at its rounding floor): with
-                    # resampling on, draw the next points now instead of ending the stage
-                    stop_stage = False
-                elif done == 0 or why in ("gtol", "ftol", "xtol", "line_search", "converged"):
-                    stop_stage = True
-                else:
-                    stop_stage = False
-            else:
-                force = False
-                (value_t, terms), grads = dist.value_and_grad(total, has_aux=True, reduce_aux=True)(params)
-                opt.step(grads)
-                k += 1
-                global_step += 1
-                value = float(value_t)
-                with_log = k % every == 0 or k == steps
-                stop_stage = False
-                if weighting.adaptive:
-                    weighting.update(k, lambda: _term_grad_norms(loss, params))
-            if resample and k < steps and (resample["until"] is None or global_step <= resample["until"]) \
-                    and (force or global_step // resample["every"]
-                         > (global_step - (k - k_prev)) // resample["every"]):
-                batch = _resample(problem, loss, params, batch, rng, resample, dtype, method)
-                loss = _rebuild(loss, batch)
-                if curv and resample["restart"]:   # a new objective: restart the curvature history
-                    opt.bind(leaves_tree)
-            if not math.isfinite(value):
-                raise FloatingPointError(f"solve: the loss became {value} at step {global_step} "
-                                         f"({label}); lower the learning rate or check the problem.")
-            err = record(global_step, value, terms, force_eval=with_log)
-            if with_log:
-                now = time.perf_counter()
-                rate = (k - tick_step) / max(now - tick, 1e-9)
-                tick, tick_step = now, k
-                if verbose:
-                    _print_line(label, min(k, steps), steps, value, names, terms, err, rate, weighting,
-                                _fitted(problem, pde))
-                info = Progress(stage=si, step=global_step, loss=value, rel_l2=err,
-                                terms=dict(zip(names, map(float, terms))),
-                                weights=dict(zip(names, w_now())), params=params,
-                                parameters=_fitted(problem, pde),
-                                elapsed=now - t0)
-                for cb in callbacks:
-                    if cb(info):
-                        stop = True
-            if checkpoint and (global_step % checkpoint_every == 0 or k >= steps):
-                _save_checkpoint(checkpoint, params, si, k, weighting.state(), history, opt)
-            if stop_stage:
-                if verbose:
-                    why = getattr(res, "message", "") or ""
-                    why = why.split(": ", 2)[-1] if why.count(": ") >= 2 else why  # drop the chunk's own counts
-                    print(f"{label}: stopped at step {k} of {steps}: {why}")
-                break
-        start_step = 0
-        if checkpoint:
-            _save_checkpoint(checkpoint, params, si + 1, 0, weighting.state(), history, None)
-    wall = time.perf_counter() - t0
-    for k, v in _fitted(problem, pde).items():
-        problem.parameters[k].fitted = v
-    errors = _errors(loss, params, grid)
-    result = Result(problem, net, loss, history, errors, wall, grid)
-    if verbose:
-        msg = f"done in {wall:.1f} s"
-        if errors:
-            msg += f"; relative L2 error {errors['rel_l2']:.3e}"
-        for k, v in result.parameters.items():
-            msg += f"; {k} = {v:.6g}"
-        print(msg)
-    return result
+    def _resume(self):
+        """Load the checkpoint if there is one: ``(stage, step)`` to start from."""
+        path = self.checkpoint
+        found = path and self.resume and dist.bcast_object(os.path.exists(path))
+        if found:
+            c = ckpt.load(path, self.params, len(self.names), self.stages)
+            self.weighting.load(c.weights)
+            self.history.update({k: list(v) for k, v in c.history.items() if k in self.history})
+            self.opt_state = c.opt_state
+            self.step = c.global_step if c.global_step is not None else \
+                sum(s for _, s in self.stages[:c.stage]) + c.step
+            if not dist.is_distributed():   # the same points and random stream as before
+                if c.interior is not None and c.stage < len(self.stages):
+                    self.loss = with_batch(self.loss, Batch(self.problem, c.interior,
+                                                            self.loss.batch.cond_points,
+                                                            self.dtype))
+                if c.rng_state is not None and hasattr(self.rng, "bit_generator"):
+                    self.rng.bit_generator.state = c.rng_state
+        dist.broadcast_parameters(self.params)  # under MPI: every rank starts from rank 0's
+        self._resumed = (path, c.stage, c.step) if found else None
+        return (c.stage, c.step) if found else (0, 0)
+
+    def _header(self, start, first):
+        pb = self.problem
+        n_cond = sum(len(p) for p in self.loss.batch.cond_points)
+        plan = " + ".join(f"{type(o).__name__} {s}" for o, s in self.stages)
+        text = (f"solve {pb.name}: {pb.domain.dim} input(s) {pb.names} -> {pb.n_out} output(s), "
+                f"{self.loss.batch.n} interior + {n_cond} condition points, {plan} steps, "
+                f"{self.dtype}")
+        if self._resumed:
+            text += f"; resuming {self._resumed[0]} at stage {start + 1}, step {first}"
+        return text
+
+    def _finish(self, stopped, si):
+        wall = time.perf_counter() - self.t0
+        for k, v in _fitted(self.problem, self.pde).items():
+            self.problem.parameters[k].fitted = v
+        errs = errors(self.loss, self.params, self.grid)
+        result = Result(self.problem, self.net, self.loss, self.history, errs, wall, self.grid)
+        msg = f"{self.problem.name}: "
+        msg += f"relative L2 error {errs['rel_l2']:.3e}, " if errs else \
+            f"loss {self.history['loss'][-1]:.3e}, " if self.history["loss"] else ""
+        msg += "".join(f"{k} = {v:.6g}, " for k, v in result.parameters.items())
+        msg += f"{wall:.1f} s ({result.path} derivatives)"
+        if stopped:
+            msg += f"; stopped at step {self._pos[1]} of stage {si + 1}"
+            if self.checkpoint:
+                msg += f" (resume from {self.checkpoint})"
+        self.console.close(msg)
+        if self.interrupted():
+            raise KeyboardInterrupt(f"solve: interrupted at stage {si + 1}, step {self._pos[1]}"
+                                    + (f"; saved to {self.checkpoint}: run again to resume"
+                                       if self.checkpoint else ""))
+        return result
 
 
-def _curvature_chunk(opt, loss_fn, remaining):
-    """One ``opt.step(loss_fn)``, its iteration cap lowered to the stage's remaining steps."""
-    from ..optim.result import CurvatureOptimizer
-    if isinstance(opt, CurvatureOptimizer):
-        return opt.step(loss_fn, max_iter=max(1, int(remaining)))
-    return opt.step(loss_fn)
+@contextlib.contextmanager
+def _deferred_interrupt():
+    """Ctrl-C during training stops the run at the end of the current step (so the
+    checkpoint holds a finished step); a second Ctrl-C interrupts at once. Only in the main
+    thread (elsewhere Python delivers no signals)."""
+    flag = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+
+    def handler(signum, frame):
+        if flag:
+            raise KeyboardInterrupt
+        flag.append(True)
+        sys.stderr.write("\nsolve: stopping after this step (Ctrl-C again to stop at once)\n")
+    try:
+        old = signal.signal(signal.SIGINT, handler)
+    except (ValueError, OSError):   # signals unavailable here
+        yield lambda: False
+        return
+    try:
+        yield lambda: bool(flag)
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _check_net(problem, net, dtype):
@@ -508,27 +465,6 @@ def _term_grad_norms(loss, params):
     return norms
 
 
-def _resample_options(resample):
-    if resample is None or resample is False:
-        return None
-    if isinstance(resample, str):
-        resample = {"method": resample}
-    if not isinstance(resample, dict):
-        raise TypeError(f"solve(resample=...): expected None, 'rad', 'rar' or a dict, got "
-                        f"{type(resample).__name__}.")
-    opts = {"method": "rad", "every": 1000, "candidates": 4, "k": 1.0, "c": 1.0, "add": 0.1,
-            "until": None, "restart": True}
-    bad = set(resample) - set(opts)
-    if bad:
-        raise ValueError(f"solve(resample=...): unknown option(s) {sorted(bad)}; expected "
-                         f"{sorted(opts)}.")
-    opts.update(resample)
-    if opts["method"] not in ("rad", "rar"):
-        raise ValueError(f"solve(resample=...): method must be 'rad' or 'rar', got "
-                         f"{opts['method']!r}.")
-    return opts
-
-
 def _loss_transform(name):
     """(forward, inverse) of ``solve(loss_transform=...)``: None, 'sqrt' or 'log'."""
     if name is None or name == "none":
@@ -540,25 +476,6 @@ def _loss_transform(name):
     raise ValueError(f"solve(loss_transform=...): expected None, 'sqrt' or 'log', got {name!r}.")
 
 
-def _resample(problem, loss, params, batch, rng, opts, dtype, method):
-    n = batch.n
-    cand = problem.domain.sample_interior(int(opts["candidates"] * n), rng, method)
-    r = loss.residual_at(params, cand)
-    if opts["method"] == "rad":
-        interior = sampling.rad_resample(cand, r, n, rng, k=opts["k"], c=opts["c"])
-    else:
-        extra = sampling.rar_add(cand, r, max(1, int(opts["add"] * n)))
-        interior = np.concatenate([batch.interior, extra])
-    return Batch(problem, interior, batch.cond_points, dtype)
-
-
-def _rebuild(loss, batch):
-    new = Loss.__new__(Loss)
-    new.__dict__.update(loss.__dict__)
-    new.batch = batch
-    return new
-
-
 def _fitted(problem, pde):
     """Current values of the trainable PDE coefficients, dict name -> float."""
     out = {}
@@ -567,18 +484,6 @@ def _fitted(problem, pde):
         out[k] = math.exp(raw) if p.log else raw
     return out
 
-
-def _print_line(label, k, steps, value, names, terms, err, rate, weighting, fitted=None):
-    parts = "  ".join(f"{n} {float(t):.2e}" for n, t in zip(names, terms))
-    line = f"{label:>6} {k:>6}/{steps:<6} loss {value:.3e}  [{parts}]"
-    if math.isfinite(err):
-        line += f"  rel_l2 {err:.3e}"
-    if weighting.adaptive:
-        line += "  w " + ",".join(f"{w:.3g}" for w in weighting.w)
-    for n, v in (fitted or {}).items():
-        line += f"  {n} {v:.5g}"
-    line += f"  {rate:.1f} steps/s"
-    print(line, flush=True)
 
 
 __all__ = ["solve", "Result", "Progress", "sample_batch"]

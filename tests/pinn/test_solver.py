@@ -1,5 +1,7 @@
 """solve(): a short 1-D Poisson solve to < 1e-3, an inverse problem, checkpoints and resume,
 adaptive weights, resampling, float32, callbacks and clear errors."""
+import logging
+
 import numpy as np
 import pytest
 
@@ -97,12 +99,40 @@ def test_resampling_and_float32():
     assert np.isfinite(r.rel_l2) and r.history["step"][-1] >= 10
 
 
-def test_progress_lines(capsys):
+def test_progress_lines(caplog):
+    # verbose=True: the per-interval table (through the sciml.pinn logger)
+    caplog.set_level(logging.INFO, logger="sciml")
     solve(_poisson(), MLP([1, 8, 1], seed=0), points=16, stages=[(Adam(lr=1e-2), 4)],
-          log_every=2)
-    out = capsys.readouterr().out
-    assert "Adam      2/4" in out and "rel_l2" in out and "steps/s" in out
-    assert "relative L2 error" in out
+          log_every=2, verbose=True)
+    err = caplog.text
+    assert "Adam      2/4" in err and "rel_l2" in err and "steps/s" in err
+    assert "relative L2 error" in err
+
+
+def test_default_output_is_a_header_a_bar_and_one_summary_line(capsys, caplog, monkeypatch):
+    import sciml.pinn.console as C
+    caplog.set_level(logging.INFO, logger="sciml")
+    # not a terminal (pytest's capture): a few plain lines, no carriage returns
+    solve(_poisson(), MLP([1, 8, 1], seed=0), points=16, stages=[(Adam(lr=1e-2), 40)])
+    cap = capsys.readouterr()
+    assert cap.out == "" and "\r" not in cap.err + caplog.text
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("solve residual: 1 input(s)") and "Adam 40 steps" in lines[0]
+    assert 3 <= len(lines) <= 14, lines
+    assert "relative L2 error" in lines[-1] and lines[-1].count(" s ") == 1
+    # a terminal: one live tqdm bar with stage, step, loss terms and the error
+    monkeypatch.setattr(C, "_isatty", lambda stream: True)
+    caplog.clear()
+    solve(_poisson(), MLP([1, 8, 1], seed=0), points=16, stages=[(Adam(lr=1e-2), 40)])
+    err = capsys.readouterr().err
+    assert "Adam 40/40" in err and "pde=" in err and "rel_l2=" in err and "step/s" in err
+    assert "Adam      2/40" not in err + caplog.text     # no table without verbose
+    caplog.clear()
+    # progress=False: silent
+    solve(_poisson(), MLP([1, 8, 1], seed=0), points=16, stages=[(Adam(lr=1e-2), 4)],
+          progress=False)
+    cap = capsys.readouterr()
+    assert cap.out == cap.err == "" and not caplog.records
 
 
 # ---- clear errors --------------------------------------------------------------------------

@@ -62,11 +62,12 @@ def test_cli_float64_burgers_uses_the_float64_recipe(capsys):
 
 
 def test_failed_line_search_draws_new_points_instead_of_ending_the_stage(monkeypatch):
-    import sciml.pinn.solver as S
     from sciml.optim import LBFGS
+    from sciml.pinn.stages import ResamplePolicy
     resamples = []
-    orig = S._resample
-    monkeypatch.setattr(S, "_resample", lambda *a, **k: (resamples.append(1), orig(*a, **k))[1])
+    orig = ResamplePolicy.resample
+    monkeypatch.setattr(ResamplePolicy, "resample",
+                        lambda *a, **k: (resamples.append(1), orig(*a, **k))[1])
 
     class FailsOnce(LBFGS):          # the first chunk reports a failed line search after progress
         calls, first = 0, None
