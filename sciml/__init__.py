@@ -16,7 +16,7 @@ from .autodiff.ops import (abs, add, astype, broadcast_to, clip, concat, cos, di
                            squeeze, stack, sub, sum, take, tanh, transpose, unsqueeze, var, where)
 
 from .autodiff.fuse import fuse
-from . import linalg  # noqa: E402  (sm.linalg.solve, ...)
+from . import linalg, random  # noqa: E402  (sm.linalg.solve, sm.random.normal, ...)
 
 __version__ = "0.1.0"
 float32, float64, int32 = "float32", "float64", "int32"
