@@ -16,6 +16,8 @@ from .autodiff.ops import (abs, add, astype, broadcast_to, clip, concat, cos, di
                            squeeze, stack, sub, sum, take, tanh, transpose, unsqueeze, var, where)
 
 from .autodiff.fuse import fuse
+from .autodiff.ops.array import (all, any, argmax, argmin, argsort, cross, cumprod, cumsum, diag, diagonal, einsum,
+                                 flip, kron, meshgrid, outer, pad, prod, repeat, roll, sort, std, tile, topk, trace)
 from . import linalg, random  # noqa: E402  (sm.linalg.solve, sm.random.normal, ...)
 
 __version__ = "0.1.0"

@@ -468,7 +468,8 @@ def _pad_piece(x, d, w, before, mode, value, pre):
     if mode == "wrap":
         return getitem(x, pre + (slice(n - w, n) if before else slice(0, w),))
     # reflect (edge not repeated)
-    return getitem(x, pre + (slice(w, 0, -1) if before else slice(n - 2, n - 2 - w, -1),))
+    stop = n - 2 - w if n - 2 - w >= 0 else None
+    return getitem(x, pre + (slice(w, 0, -1) if before else slice(n - 2, stop, -1),))
 
 
 # --- einsum --------------------------------------------------------------------------------------------------
