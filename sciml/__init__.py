@@ -19,6 +19,9 @@ from .autodiff.ops import (abs, add, astype, broadcast_to, clip, concat, cos, di
 from .autodiff.ops import (arccos, arccosh, arcsin, arcsinh, arctan, arctanh, atan2, cosh, erf, erfc, expm1,
                            isfinite, isinf, isnan, log1p, sinh, tan)
 from .autodiff.fuse import fuse
+from .autodiff.ops.array import (all, any, argmax, argmin, argsort, cross, cumprod, cumsum, diag, diagonal, einsum,
+                                 flip, kron, meshgrid, outer, pad, prod, repeat, roll, sort, std, tile, topk, trace)
+from . import linalg, random  # noqa: E402  (sm.linalg.solve, sm.random.normal, ...)
 
 __version__ = "0.1.0"
 float32, float64, int32 = "float32", "float64", "int32"
