@@ -45,7 +45,9 @@ def _tanh_ratio():
         q = x2 * b6 + b4
         q = x2 * q + b2
         q = x2 * q + b0
-        return p / q
+        one = ti.cast(1, ti.f32)
+        sat = ti.cast(9.0, ti.f32)  # float32 tanh rounds to +-1 beyond 8.7; p/q stops at +-0.99999976
+        return ti.select(x > sat, one, ti.select(x < -sat, -one, p / q))
     _RATIO.append(ratio)
     return ratio
 
@@ -75,13 +77,17 @@ def _funcs(dtype):
             r = 1.0 / (1.0 + ti.exp(-x))
         return r
 
-    @ti.func
-    def softplus(x):
-        return ti.max(x, 0.0) + ti.log(1.0 + ti.exp(-ti.abs(x)))
 
     @ti.func
     def relu(x):  # ordered compares: NaN -> NaN (ti.max(NaN, 0) is 0), -0 -> +0
         return ti.select(x > 0, x, ti.select(x <= 0, 0.0, x))
+
+    from .special import funcs as special
+    log1p = special(dtype)["log1p"]
+
+    @ti.func
+    def softplus(x):  # log1p: log(1 + e^-|x|) would round to 0 below e^-37 (float64)
+        return relu(x) + log1p(ti.exp(-ti.abs(x)))
 
     @ti.func
     def sign(x):  # NaN -> NaN as numpy; +-0 -> +-0
@@ -110,14 +116,14 @@ def _funcs(dtype):
     def finite_or_zero(x):  # the shift of logsumexp / log_softmax (scipy): a non-finite max shifts by 0
         return ti.select(nonfinite(x), ti.cast(0, T), x)
 
-    from .special import funcs as special
-    return dict(neg=neg, exp=ti.exp, log=ti.log, sin=ti.sin, cos=ti.cos, tanh=tanh_f, sigmoid=sigmoid,
+    return dict(neg=neg, exp=ti.exp, sin=ti.sin, cos=ti.cos, tanh=tanh_f, sigmoid=sigmoid,
                 relu=relu, softplus=softplus, sqrt=ti.sqrt, abs=ti.abs, square=square, sign=sign, step=step,
                 reciprocal=reciprocal, floor=ti.floor, finite_or_zero=finite_or_zero, **special(dtype))
 
 
 def nan_test(dtype, what="nan"):
-    """A ti.func on the bits of x: ``isnan(x)`` (``what="nan"``) or ``not isfinite(x)`` (``"nonfinite"``).
+    """A ti.func on the bits of x: ``isnan(x)`` (``what="nan"``), ``not isfinite(x)`` (``"nonfinite"``) or the
+    sign bit (``"signbit"``).
     Taichi compiles with fast math, which folds ``x != x`` to False and ``|x| == inf`` too (and its ``!=``
     is an ordered compare anyway), so these are integer tests."""
     ti = C.ti()
@@ -130,10 +136,13 @@ def nan_test(dtype, what="nan"):
 
     @ti.func
     def test(x):
-        m = ti.bit_cast(ti.cast(x, F), I) & I(mask)
+        b = ti.bit_cast(ti.cast(x, F), I)
+        m = b & I(mask)
         r = m > I(inf)
         if ti.static(nonfinite):
             r = m >= I(inf)
+        elif ti.static(what == "signbit"):
+            r = b < 0
         return r
     return test
 
@@ -266,6 +275,8 @@ def _binary_funcs(dtype=None):
     ti = C.ti()
     floating = dtype in ("float32", "float64")
     isnan = nan_test(dtype) if floating else None
+    nonfinite = nan_test(dtype, "nonfinite") if floating else None
+    signbit = nan_test(dtype, "signbit") if floating else None
 
     @ti.func
     def add(a, b):
@@ -293,8 +304,18 @@ def _binary_funcs(dtype=None):
             if b == ti.floor(b):
                 if ti.abs(b - 2.0 * ti.floor(0.5 * b)) > 0.5:
                     r = -r
+            elif ti.static(floating):
+                if not nonfinite(a):  # a negative finite base to a non-integral power: NaN (IEEE: (-inf)**-2.5 = 0)
+                    r = ti.pow(a, b)
             else:
                 r = ti.pow(a, b)  # NaN
+        if ti.static(floating):  # IEEE / numpy: x ** 0 = 1 ** y = 1 even for NaN; else NaN in, NaN out
+            if isnan(a) or isnan(b):  # (lavapipe's pow gives 0 for a NaN operand)
+                r = a + b
+            if a == 0 and b < 0:  # 0 ** negative = inf (GLSL leaves it undefined: lavapipe gives 0)
+                r = 1.0 / ti.abs(a)
+            if b == 0 or a == 1:
+                r = 1.0
         return r
 
     # NaN propagates as in numpy (ti.max/ti.min return the other operand): when neither ordered compare
@@ -341,8 +362,18 @@ def _binary_funcs(dtype=None):
         return ti.cast(r, ti.u8)
 
     @ti.func
-    def atan2(a, b):
-        return ti.atan2(a, b)
+    def atan2(a, b):  # NaN in, NaN out (lavapipe's atan2 returns 0 or pi/2 for a NaN operand)
+        r = ti.atan2(a, b)
+        if ti.static(floating):
+            if isnan(a) or isnan(b):
+                r = a + b
+            if a == 0 and b == 0:  # IEEE: +-0 or +-pi by the signs of the zeros (lavapipe: +-3 pi / 4)
+                r = 0.0
+                if signbit(b):
+                    r = math.pi
+                if signbit(a):
+                    r = -r
+        return r
 
     @ti.func
     def ipow(a, b):  # integer power by squaring (b >= 0, checked by the caller)

@@ -132,7 +132,7 @@ def _build_binary_lanes(op, dtype, x_full, serial):
     from .elementwise import _binary_funcs
     ti = C.ti()
     VA = ti.types.ndarray(dtype=ti.types.vector(V.LANES[dtype], backend.ti_dtype(dtype)), ndim=1)
-    f = _binary_funcs()[op]
+    f = _binary_funcs(dtype)[op]
 
     @ti.kernel
     def k(x: VA, y: VA, out: VA, rows: ti.i32, iv: ti.i32):
@@ -151,7 +151,7 @@ def _build_binary(op, dtype, x_full, serial):
     from .elementwise import _binary_funcs
     ti = C.ti()
     A = C.arr(dtype)
-    f = _binary_funcs()[op]
+    f = _binary_funcs(dtype)[op]
 
     @ti.kernel
     def k(x: A, y: A, out: A, rows: ti.i32, inner: ti.i32):
@@ -247,7 +247,7 @@ def _build_general_lanes(op, dtype, serial, vx, vy):
     VT = ti.types.vector(L, T)
     VA, S, I = ti.types.ndarray(dtype=VT, ndim=1), C.arr(dtype), C.arr("int32")
     AX, AY = (VA if vx else S), (VA if vy else S)
-    f = _binary_funcs()[op]
+    f = _binary_funcs(dtype)[op]
 
     @ti.kernel
     def k(x: AX, y: AY, out: VA, meta: I, rows: ti.i32, iv: ti.i32):
@@ -281,7 +281,7 @@ def _build_general(op, dtype, serial):
     from .elementwise import _binary_funcs
     ti = C.ti()
     A, I = C.arr(dtype), C.arr("int32")
-    f = _binary_funcs()[op]
+    f = _binary_funcs(dtype)[op]
 
     @ti.kernel
     def k(x: A, y: A, out: A, rows: ti.i32, inner: ti.i32, meta: I):
@@ -331,7 +331,7 @@ def _build_pair(op1, op2, dtype, serial, lanes=1):
     from .elementwise import _binary_funcs
     ti = C.ti()
     A = C.arr(dtype) if lanes == 1 else ti.types.ndarray(dtype=ti.types.vector(lanes, backend.ti_dtype(dtype)), ndim=1)
-    f1, f2 = _binary_funcs()[op1], _binary_funcs()[op2]
+    f1, f2 = _binary_funcs(dtype)[op1], _binary_funcs(dtype)[op2]
 
     @ti.kernel
     def k(a: A, p: A, q: A, c: A, out: A, rows: ti.i32, inner: ti.i32):

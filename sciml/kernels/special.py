@@ -77,6 +77,8 @@ def funcs(dtype: str) -> dict:
     tail = _trim(_TAIL[2], dtype)
     big = 2.0 ** 28 if dtype == "float64" else 2.0 ** 12  # above: 1 + x^2 == x^2
     nan = math.nan
+    from .elementwise import nan_test
+    isnan = nan_test(dtype)
     near_overflow = 709.0 if dtype == "float64" else 88.0
 
     def horner(coefs):
@@ -190,22 +192,38 @@ def funcs(dtype: str) -> dict:
         return ti.tan(x)
 
     @ti.func
-    def arcsin(x):  # GLSL's asin is undefined outside [-1, 1]: NaN there on every arch
+    def arctan(x):  # NaN in, NaN out (lavapipe's atan2 gives 0 for NaN); a series near 0 (lavapipe: 2e-5 off)
+        r = ti.atan2(x, ti.cast(1, T))
+        if ti.abs(x) < 1e-3:
+            z = x * x
+            r = x - x * z * (1.0 / 3.0 - 0.2 * z)
+        return ti.select(isnan(x), x, r)
+
+    # asin / acos through atan2 with exact 1 - x, 1 + x (Sterbenz): a few ulp on every arch (lavapipe's
+    # asin is off by 4e-4 relative), NaN outside [-1, 1] (GLSL leaves that undefined)
+    @ti.func
+    def arcsin(x):
         r = ti.cast(nan, T)
-        if ti.abs(x) <= 1.0:
-            r = ti.asin(x)
+        if ti.abs(x) < 1e-3:
+            z = x * x
+            r = x + x * z * (1.0 / 6.0 + 0.075 * z)
+        elif ti.abs(x) <= 1.0:
+            r = ti.atan2(x, ti.sqrt((1.0 - x) * (1.0 + x)))
         return r
 
     @ti.func
     def arccos(x):
         r = ti.cast(nan, T)
         if ti.abs(x) <= 1.0:
-            r = ti.acos(x)
+            r = 2.0 * ti.atan2(ti.sqrt(1.0 - x), ti.sqrt(1.0 + x))
         return r
 
     @ti.func
-    def arctan(x):
-        return ti.atan2(x, ti.cast(1, T))
+    def log_device(x):  # GLSL's log has an absolute error of 2^-21 near 1: log1p(x - 1) there (exact x - 1)
+        r = ti.log(x)
+        if ti.abs(x - 1.0) < 0.5:
+            r = log1p(x - 1.0)
+        return r
 
     @ti.func
     def arcsinh(x):
@@ -240,7 +258,8 @@ def funcs(dtype: str) -> dict:
         return r
 
     out = dict(log1p=log1p, expm1=expm1, erf=erf, erfc=erfc, sinh=sinh, cosh=cosh, tan=tan, arcsin=arcsin,
-               arccos=arccos, arctan=arctan, arcsinh=arcsinh, arccosh=arccosh, arctanh=arctanh)
+               arccos=arccos, arctan=arctan, arcsinh=arcsinh, arccosh=arccosh, arctanh=arctanh,
+               log=ti.log if C.backend.on_host() else log_device)
     _CACHE[dtype] = out
     return out
 

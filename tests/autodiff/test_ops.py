@@ -384,3 +384,139 @@ def test_pow_of_negative_base_with_integral_exponent_matches_numpy():
         with np.errstate(divide="ignore"):  # 0 ** -2 = inf in both
             np.testing.assert_allclose((sm.tensor(x) ** sm.tensor(np.full(4, p))).numpy(), x ** p)
     assert np.isnan((sm.tensor([-2.0]) ** sm.tensor([0.5])).numpy()[0])
+
+
+# --- new elementwise ops (issue 17) and the numerical conventions of docs/CORE.md (issue 13) -----------------
+import scipy.special as _sps  # noqa: E402
+
+
+def _gt1(a):
+    return np.abs(a) + 1.2
+
+
+NEW_OPS = [  # (name, op, numpy/scipy reference, domain)
+    ("log1p", sm.log1p, np.log1p, lambda a: np.abs(a) * 0.5 - 0.4),
+    ("expm1", sm.expm1, np.expm1, None),
+    ("erf", sm.erf, _sps.erf, None),
+    ("erfc", sm.erfc, _sps.erfc, None),
+    ("tan", sm.tan, np.tan, lambda a: np.tanh(a) * 1.2),
+    ("sinh", sm.sinh, np.sinh, None),
+    ("cosh", sm.cosh, np.cosh, None),
+    ("arcsin", sm.arcsin, np.arcsin, unit),
+    ("arccos", sm.arccos, np.arccos, unit),
+    ("arctan", sm.arctan, np.arctan, None),
+    ("arcsinh", sm.arcsinh, np.arcsinh, None),
+    ("arccosh", sm.arccosh, np.arccosh, _gt1),
+    ("arctanh", sm.arctanh, np.arctanh, unit),
+    ("gelu", lambda t: sm.gelu(t, approximate="none"), lambda a: a * 0.5 * _sps.erfc(-a / np.sqrt(2)), None),
+]
+
+
+@pytest.mark.parametrize("name,op,ref,domain", NEW_OPS, ids=[n[0] for n in NEW_OPS])
+def test_new_elementwise_ops_values_and_derivatives(name, op, ref, domain):
+    a = np.random.default_rng(3).standard_normal((2, 3)) * 1.5
+    a = domain(a) if domain else a
+    np.testing.assert_allclose(op(sm.tensor(a)).numpy(), ref(a), rtol=1e-13, atol=1e-15)
+    got32 = op(sm.tensor(a, "float32"))
+    assert got32.dtype == "float32"
+    np.testing.assert_allclose(got32.numpy(), ref(a.astype(np.float32).astype(np.float64)), rtol=3e-6, atol=1e-7)
+    check_grads(op, (sm.tensor(a),), order=2)
+    assert getattr(sm.tensor(a), name)().shape == a.shape if hasattr(sm.Tensor, name) else True
+
+
+def test_atan2_values_quadrants_and_derivatives():
+    y = np.array([1.0, -1.0, 1.0, -1.0, 0.0, -0.0, 0.0, -0.0, 2.0])
+    x = np.array([1.0, 1.0, -1.0, -1.0, 0.0, 0.0, -0.0, -0.0, -3.0])
+    np.testing.assert_array_equal(sm.atan2(sm.tensor(y), sm.tensor(x)).numpy(), np.arctan2(y, x))
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((3,)), rng.standard_normal((3,)) + 2.0
+    check_grads(sm.atan2, (sm.tensor(a), sm.tensor(b)), order=2)
+    np.testing.assert_allclose(sm.atan2(sm.tensor([1, 2]), sm.tensor([3, 4])).numpy(), np.arctan2([1, 2], [3, 4]))
+
+
+def test_gelu_exact_and_tanh_form():
+    a = np.linspace(-4, 4, 9)
+    exact = a * 0.5 * _sps.erfc(-a / np.sqrt(2))  # 1 + erf(.) would cancel below 0
+    tanh_form = 0.5 * a * (1 + np.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a ** 3)))
+    np.testing.assert_allclose(sm.gelu(sm.tensor(a), approximate="none").numpy(), exact, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(sm.gelu(sm.tensor(a), approximate="tanh").numpy(), tanh_form, rtol=1e-13, atol=1e-15)
+    check_grads(lambda t: sm.gelu(t, approximate="tanh"), (sm.tensor(a),), order=2)
+    with pytest.raises(ValueError, match="approximate"):
+        sm.gelu(sm.tensor(a), approximate="fast")
+
+
+def test_integer_division_is_true_division():
+    r = sm.tensor([1, 2, -7]) / sm.tensor([0, 3, 2])
+    assert r.dtype == sm.default_dtype()
+    np.testing.assert_array_equal(r.numpy(), np.array([1, 2, -7]) / np.array([0, 3, 2]))
+    np.testing.assert_array_equal((1 / sm.tensor([4, 0])).numpy(), [0.25, np.inf])
+
+
+def test_integer_power():
+    r = sm.tensor([-3, 2]) ** 2
+    assert r.dtype == "int32"
+    np.testing.assert_array_equal(r.numpy(), [9, 4])
+    np.testing.assert_array_equal((sm.tensor([-2, 3, 0]) ** sm.tensor([3, 0, 5])).numpy(), [-8, 1, 0])
+    np.testing.assert_allclose((sm.tensor([4, 9]) ** 0.5).numpy(), [2.0, 3.0])
+    with pytest.raises(ValueError, match="negative integer powers"):
+        sm.tensor([2, 3]) ** -1
+
+
+def test_convention_pow_derivatives_follow_pytorch():
+    x = sm.tensor([0.0, 2.0, -1.5])
+    np.testing.assert_array_equal(sm.grad(lambda z: (z ** 0).sum())(x).numpy(), [0.0, 0.0, 0.0])   # d/dx x**0 = 0
+    y0 = sm.tensor([0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(sm.grad(lambda z: (z ** y0).sum())(x).numpy(), [0.0, 0.0, 0.0])  # tensor exponent
+    # d/dy x**y at x = 0: 0 for y >= 0; x < 0: NaN (log of a negative), as PyTorch
+    gy = sm.grad(lambda y: (x ** y).sum())(sm.tensor([2.0, 2.0, 2.0])).numpy()
+    assert gy[0] == 0.0 and np.isclose(gy[1], 4 * np.log(2)) and np.isnan(gy[2])
+    np.testing.assert_allclose(sm.grad(lambda z: (z ** 3).sum())(x).numpy(), 3 * x.numpy() ** 2)
+    check_grads(lambda a, b: a ** b, (sm.tensor([0.5, 1.5, 2.0]), sm.tensor([0.3, -1.2, 2.5])), order=2)
+
+
+def test_convention_clip_relu_abs_sign_at_kinks():
+    x = sm.tensor([-1.0, -0.5, 0.0, 0.5, 1.0, 2.0])
+    g = sm.grad(lambda z: sm.clip(z, -0.5, 1.0).sum())(x).numpy()
+    np.testing.assert_array_equal(g, [0, 1, 1, 1, 1, 0])   # 1 on [lo, hi], bounds included (PyTorch's clamp)
+    np.testing.assert_array_equal(sm.clip(sm.tensor([np.nan, 3.0]), 0.0, 1.0).numpy(), [np.nan, 1.0])
+    np.testing.assert_array_equal(sm.clip(sm.tensor([0.5]), 2.0, 1.0).numpy(), [1.0])   # lo > hi: hi (numpy)
+    z = sm.tensor([0.0, -0.0])
+    np.testing.assert_array_equal(sm.grad(lambda t: sm.relu(t).sum())(z).numpy(), [0.0, 0.0])
+    np.testing.assert_array_equal(sm.grad(lambda t: sm.abs(t).sum())(z).numpy(), [0.0, 0.0])
+    np.testing.assert_array_equal(sm.grad(lambda t: sm.sign(t).sum())(x).numpy(), np.zeros(6))
+    np.testing.assert_array_equal(sm.grad(lambda t: sm.floor(t).sum())(x).numpy(), np.zeros(6))
+
+
+def test_convention_max_ties_share_the_gradient():
+    x = sm.tensor([1.0, 3.0, 3.0, 2.0])
+    np.testing.assert_array_equal(sm.grad(lambda z: sm.max(z))(x).numpy(), [0, 0.5, 0.5, 0])
+    np.testing.assert_array_equal(sm.grad(lambda z: sm.min(z))(sm.tensor([1.0, 1.0, 2.0])).numpy(), [0.5, 0.5, 0])
+    a, b = sm.tensor([1.0, 2.0, np.nan]), sm.tensor([1.0, 1.0, 0.0])
+    ga, gb = sm.grad(lambda u, v: sm.maximum(u, v).sum(), argnums=(0, 1))(a, b)
+    np.testing.assert_array_equal(ga.numpy(), [0.5, 1.0, np.nan])
+    np.testing.assert_array_equal(gb.numpy(), [0.5, 0.0, np.nan])
+    assert np.isnan(sm.grad(lambda z: sm.max(z))(sm.tensor([1.0, np.nan])).numpy()).all()
+
+
+def test_convention_nan_in_nan_out_for_derivatives():
+    x = sm.tensor([np.nan, 1.0])
+    for f in (sm.relu, sm.tanh, sm.sigmoid, sm.exp, sm.abs, sm.sqrt, sm.erf, sm.softplus):
+        g = sm.grad(lambda z: f(z).sum())(x).numpy()
+        assert np.isnan(g[0]) and np.isfinite(g[1]), f.__name__
+
+
+def test_logsumexp_softmax_conventions_and_axis_errors():
+    assert sm.logsumexp(sm.tensor(np.zeros(0))).numpy() == -np.inf
+    assert sm.logsumexp(sm.tensor([-np.inf, -np.inf])).numpy() == -np.inf
+    assert sm.logsumexp(sm.tensor([np.inf, 0.0])).numpy() == np.inf
+    assert np.isnan(sm.logsumexp(sm.tensor([np.nan, 0.0])).numpy())
+    np.testing.assert_array_equal(sm.grad(lambda z: sm.logsumexp(z))(sm.tensor([-np.inf, 0.0])).numpy(), [0.0, 1.0])
+    x = sm.tensor(np.ones((2, 3)))
+    for f in (sm.softmax, sm.log_softmax, sm.logsumexp):
+        with pytest.raises(Exception, match="axis"):
+            f(x, axis=2)
+        with pytest.raises(Exception, match="axis"):
+            f(x, axis=-3)
+    np.testing.assert_allclose(sm.logsumexp(x, axis=-2).numpy(), np.log(2) + np.ones(3))
+    np.testing.assert_allclose(sm.logsumexp(x, axis=None).numpy(), np.log(6) + 1)
+    assert sm.logsumexp(sm.tensor(2.0), axis=None).numpy() == 2.0

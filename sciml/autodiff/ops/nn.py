@@ -9,7 +9,7 @@ from ...kernels import softmax as S
 from ..primitive import Primitive
 from ..tensor import as_tensor
 from ._util import check_float, norm_axis
-from .elementwise import erf, exp, log, sigmoid, tanh
+from .elementwise import erfc, exp, log, sigmoid, tanh
 from .reduce import broadcast_to, reshape, sum
 from .shape import moveaxis
 
@@ -102,7 +102,7 @@ def gelu(x, approximate="tanh"):
         return 0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x)))
     if approximate != "none":
         raise ValueError(f"gelu: approximate={approximate!r}; expected 'none' or 'tanh'.")
-    return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
+    return 0.5 * x * erfc(x * (-1.0 / math.sqrt(2.0)))  # = 0.5 x (1 + erf(x / sqrt 2)), no cancellation below 0
 
 
 def silu(x):
