@@ -161,6 +161,10 @@ def _reduce(name, prim, x, axis, keepdims):
     axes = norm_axis(name, axis, x.ndim)
     if x.ndim == 0:
         return x
+    if name == "min" and x.dtype == "int32":
+        # min = -1 - max(-1 - x): an exact, order-reversing bijection of int32 (no overflow), because the
+        # min kernel starts int32 from a cast of +inf (INT_MIN); kernels/reduce.py's owner should start at INT_MAX
+        return -1 - _reduce("max", _max1, -1 - x, axis, keepdims)
     if axis is None and x.ndim > 1:
         r = prim(reshape(x, (x.size,)), axis=0)
         return reshape(r, (1,) * x.ndim if keepdims else ())
