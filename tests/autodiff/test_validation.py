@@ -1,6 +1,9 @@
 """Indexing like numpy (integer arrays on any axis, boolean masks, take_along_axis), functional updates
 ``x.at[idx].set/add/multiply/min/max`` (JAX), and numpy's answers on edge inputs (empty means, bool
 dtypes, empty Jacobians): values against numpy, derivatives against finite differences to second order."""
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -177,3 +180,20 @@ def test_empty_inputs_give_empty_jacobians(transform):
     assert t(lambda a: a * 2.0)(sm.zeros(0, "float64")).shape == (0, 0)
     assert t(lambda a: a[:0])(sm.zeros(3, "float64")).shape == (0, 3)
     assert t(lambda a: a.sum() * sm.ones(2, "float64"))(sm.zeros((0, 2), "float64")).shape == (2, 0, 2)
+
+
+def test_indexing_on_vulkan():
+    """The same indexing, updates and kernel guards on arch=vulkan (float32), in its own process."""
+    from tests.test_vulkan import _vulkan_available
+    if not _vulkan_available():
+        if os.environ.get("SCIML_REQUIRE_VULKAN"):
+            pytest.fail("no Vulkan ICD installed; SCIML_REQUIRE_VULKAN is set")
+        pytest.skip("no Vulkan ICD installed (apt-get install mesa-vulkan-drivers)")
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    env.pop("SCIML_ARCH", None)
+    env.pop("SCIML_DTYPE", None)
+    r = subprocess.run([sys.executable, os.path.join(here, "vulkan_indexing_check.py")], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert r.returncode == 0 and "OK vulkan indexing" in r.stdout, (r.stdout + r.stderr)[-4000:]
