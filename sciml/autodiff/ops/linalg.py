@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ... import backend
 from ...kernels import linalg as L
 from ..backward import needs
@@ -192,6 +194,9 @@ def matmul(a, b, transpose_a=False, transpose_b=False):
     Returns:
         (..., m, n) Tensor.
     """
+    for arg, flag in (("transpose_a", transpose_a), ("transpose_b", transpose_b)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"matmul: {arg}={flag!r} ({type(flag).__name__}); expected True or False.")
     a, b = operands("matmul", a, b)
     check_float("matmul", a, b)
     if a.ndim == 0 or b.ndim == 0:

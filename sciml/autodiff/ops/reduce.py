@@ -153,8 +153,18 @@ for _p in (_max1, _min1):
     _p.def_batched_jvp(_ext_bjvp)
 
 
+def _keepdims(name, keepdims):
+    if keepdims is True or keepdims is False:
+        return keepdims
+    if isinstance(keepdims, (bool, np.bool_)) or (isinstance(keepdims, (numbers.Integral, np.integer))
+                                                   and keepdims in (0, 1)):
+        return bool(keepdims)
+    raise TypeError(f"{name}: keepdims={keepdims!r} ({type(keepdims).__name__}); expected True or False.")
+
+
 def _reduce(name, prim, x, axis, keepdims):
     x = as_tensor(x)
+    keepdims = _keepdims(name, keepdims)
     if x.dtype == "bool":  # as numpy: sum counts (int), max / min stay bool
         r = _reduce(name, prim, x.astype("int32"), axis, keepdims)
         return r if name == "sum" else r.astype("bool")
@@ -197,6 +207,7 @@ def mean(x, axis=None, keepdims=False):
     RuntimeWarning, as numpy."""
     x = as_tensor(x)
     check_float("mean", x)
+    keepdims = _keepdims("mean", keepdims)
     axes = norm_axis("mean", axis, x.ndim)
     count = math.prod(x.shape[a] for a in axes)
     if count == 0:
@@ -218,6 +229,7 @@ def var(x, axis=None, keepdims=False):
     """Population variance over ``axis``. Over zero elements: NaN with a RuntimeWarning, as numpy."""
     x = as_tensor(x)
     check_float("var", x)
+    keepdims = _keepdims("var", keepdims)
     axes = norm_axis("var", axis, x.ndim)
     if math.prod(x.shape[a] for a in axes) == 0:
         return _empty_mean("var", x, axes, keepdims, "variance")
