@@ -230,3 +230,26 @@ def test_out_of_range_indices_raise_like_numpy(data):
         a[idx]
     with pytest.raises(IndexError, match=f"index {bad} is out of range for axis {d}"):
         sm.tensor(a, "float64")[idx]
+
+
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_at_updates_and_take_along_axis_match_numpy(data):
+    a = data.draw(nonempty.flatmap(arrays))
+    d = data.draw(st.integers(0, a.ndim - 1))
+    n = a.shape[d]
+    idx = data.draw(hnp.arrays(np.int64, data.draw(st.integers(0, 5)), elements=st.integers(-n, n - 1)))
+    index = (slice(None),) * d + (idx,)
+    v = data.draw(arrays(a[index].shape))
+    x = sm.tensor(a, "float64")
+    mode = data.draw(st.sampled_from(["set", "add", "multiply", "min", "max"]))
+    want = a.copy()
+    if mode == "set":
+        want[index] = v
+    else:
+        {"add": np.add, "multiply": np.multiply, "min": np.minimum, "max": np.maximum}[mode].at(want, index, v)
+    np.testing.assert_allclose(getattr(x.at[index], mode)(sm.tensor(v, "float64")).numpy(), want, rtol=1e-14)
+    shape = list(a.shape)
+    shape[d] = data.draw(st.integers(0, 4))
+    ind = data.draw(hnp.arrays(np.int64, tuple(shape), elements=st.integers(-n, n - 1)))
+    np.testing.assert_array_equal(sm.take_along_axis(x, ind, d).numpy(), np.take_along_axis(a, ind, d))
