@@ -118,6 +118,8 @@ ERRORS = [
      r"zeros: shape \(65536, 65536\) holds 4294967296 elements; sciml kernels index with int32"),
     ("scatter_add-too-many", lambda: sm.scatter_add(sm.ones((1,)), [0], 10**12), ValueError,
      r"scatter_add: shape \(1000000000000,\) holds"),
+    ("sum-int32-overflow", lambda: sm.sum(sm.tensor([2**31 - 1, 1])), OverflowError,
+     r"sum: the int32 sum of a Tensor of shape \(2,\) overflows int32 \(exact value 2147483648\)"),
     ("matmul-0d", lambda: sm.matmul(sm.tensor(1.0), sm.zeros(2)), ValueError,
      r"matmul: operands must have at least 1 dimension"),
     ("dot-align", lambda: sm.dot(v3(), sm.zeros(4)), ValueError,

@@ -29,11 +29,6 @@ def _is_int(i):
     return isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, (bool, np.bool_))
 
 
-def is_advanced(i) -> bool:
-    """True for index entries that make numpy's indexing advanced (arrays, lists, bools)."""
-    return isinstance(i, (Tensor, list, tuple, np.ndarray, bool, np.bool_))
-
-
 def _array_entry(i, name):
     """('mask', bool values) | ('arr', int values or an int32 Tensor) for an array-like index."""
     if isinstance(i, Tensor):

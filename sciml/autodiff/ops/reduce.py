@@ -1,6 +1,7 @@
 """Reductions (sum, mean, max, min), broadcast_to and reshape: linear ops with linear rules."""
 from __future__ import annotations
 
+import builtins
 import math
 import numbers
 import warnings
@@ -187,8 +188,29 @@ def _reduce(name, prim, x, axis, keepdims):
 
 
 def sum(x, axis=None, keepdims=False):
-    """Sum over ``axis`` (an int, a tuple, or None for all)."""
-    return _reduce("sum", _sum1, x, axis, keepdims)
+    """Sum over ``axis`` (an int, a tuple, or None for all). An int32 sum that does not fit in int32
+    raises OverflowError (numpy would widen to int64; sciml has no int64)."""
+    r = _reduce("sum", _sum1, x, axis, keepdims)
+    if r.dtype == "int32" and isinstance(x, Tensor) and x.dtype == "int32" and x.size > 1:
+        _check_int_sum(x, axis, r)
+    return r
+
+
+def _check_int_sum(x, axis, r):
+    from ._util import host_values
+    if not (backend.on_host() or x.size < 65536):
+        return
+    a = host_values(x)
+    if a is None:  # traced by sciml.jit: cannot be read
+        return
+    a = a.astype(np.int64)
+    if int(np.abs(a).max()) * (x.size // builtins.max(r.size, 1)) < 2**31:
+        return
+    exact = np.sum(a, axis=norm_axis("sum", axis, x.ndim))
+    if exact.size and (exact.max() > 2**31 - 1 or exact.min() < -2**31):
+        raise OverflowError(f"sum: the int32 sum of a Tensor of shape {x.shape} overflows int32 (exact value "
+                            f"{exact.max() if exact.max() > 2**31 - 1 else exact.min()}); cast to float64 first "
+                            "(x.astype('float64').sum()).")
 
 
 def _empty_mean(name, x, axes, keepdims, what):

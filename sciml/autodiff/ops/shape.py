@@ -11,7 +11,7 @@ from ...kernels import index as K
 from ...kernels import rows as KR
 from ..primitive import Primitive
 from ..tensor import Tensor, as_tensor, check_size, tensor
-from ._util import AxisError, check_int, host_values, norm_axis, one_axis
+from ._util import check_int, host_values, norm_axis, one_axis
 from .reduce import reshape
 
 
