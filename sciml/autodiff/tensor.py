@@ -309,7 +309,19 @@ def shape_tuple(name, shape, arg="shape"):
         if s < 0:
             raise ValueError(f"{name}: {arg}={tuple(shape)!r} has a negative size {s}; expected sizes >= 0.")
         out.append(int(s))
+    check_size(name, out)
     return tuple(out)
+
+
+MAX_ELEMENTS = 2**31 - 1  # kernels index with int32
+
+
+def check_size(name, shape):
+    """A ValueError when ``shape`` holds more elements than a kernel can index."""
+    n = math.prod(shape)
+    if n > MAX_ELEMENTS:
+        raise ValueError(f"{name}: shape {tuple(shape)} holds {n} elements; sciml kernels index with int32, so at "
+                         f"most {MAX_ELEMENTS} elements per Tensor.")
 
 
 def _shape_arg(shape, name="shape"):
@@ -403,6 +415,7 @@ def linspace(start, stop, num=50, dtype=None) -> Tensor:
     """``num`` evenly spaced values from ``start`` to ``stop`` inclusive (numpy.linspace)."""
     start, stop = _real("linspace", "start", start), _real("linspace", "stop", stop)
     num = check_int("linspace", "num", num, 0)
+    check_size("linspace", (num,))
     return tensor(np.linspace(start, stop, num), dtype or runtime.default_dtype())
 
 
@@ -410,6 +423,7 @@ def eye(n, m=None, dtype=None) -> Tensor:
     """The identity matrix of shape (n, m) (m defaults to n)."""
     n = check_int("eye", "n", n, 0)
     m = n if m is None else check_int("eye", "m", m, 0)
+    check_size("eye", (n, m))
     return tensor(np.eye(n, m), dtype or runtime.default_dtype())
 
 

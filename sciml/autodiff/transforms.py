@@ -45,6 +45,11 @@ def _to_tensor(where, x):
     raise _leaf_error(where, x)
 
 
+def _check_callable(where, f):
+    if not callable(f):
+        raise TypeError(f"{where}(f): f={f!r} ({type(f).__name__}); expected a function of Tensors.")
+
+
 def _check_diff_args(where, args, nums):
     for i in nums:
         for leaf in flatten(args[i])[0]:
@@ -92,6 +97,7 @@ def vjp(f, *primals, has_aux=False):
         >>> y, pull = sm.vjp(sm.sin, sm.tensor([0.0, 1.0]))
         >>> pull(sm.ones((2,)))[0]       # cos(x)
     """
+    _check_callable("vjp", f)
     with P.reverse_scope() as depth, P.enable_grad():
         flat, defs, watched = [], [], []
         for p in primals:
@@ -149,6 +155,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
         argnums: positional argument(s) to differentiate with respect to (default 0).
         has_aux: if True, ``f`` returns ``(value, aux)``.
     """
+    _check_callable("value_and_grad", f)
     @functools.wraps(f)
     def wrapped(*args, **kwargs):
         single, nums = _argnums(argnums, len(args), "grad")
@@ -183,6 +190,7 @@ def grad(f, argnums=0, has_aux=False):
     Example:
         >>> sm.grad(lambda x: (x ** 3).sum())(sm.tensor([1.0, 2.0]))     # Tensor([3., 12.])
     """
+    _check_callable("grad", f)
     vg = value_and_grad(f, argnums, has_aux)
 
     @functools.wraps(f)
@@ -199,6 +207,7 @@ def jvp(f, primals, tangents, has_aux=False):
         primals: tuple of pytrees (the arguments of f).
         tangents: tuple of pytrees shaped like ``primals``.
     """
+    _check_callable("jvp", f)
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
         raise TypeError("jvp(f, primals, tangents): primals and tangents must be tuples (one entry per argument).")
     if len(primals) != len(tangents):
@@ -246,6 +255,7 @@ def _split_level(res, lv, has_aux, batch):
 
 def linearize(f, *primals):
     """(f(*primals), jvp_fn) where ``jvp_fn(*tangents)`` re-runs forward mode (no caching)."""
+    _check_callable("linearize", f)
     out = f(*primals)
     return out, lambda *ts: jvp(f, primals, ts)[1]
 
@@ -258,6 +268,7 @@ def _basis(x: Tensor):
 
 def jacrev(f, argnums=0, has_aux=False):
     """Jacobian by reverse mode: one VJP per output element. Shape ``out.shape + x.shape``."""
+    _check_callable("jacrev", f)
     @functools.wraps(f)
     def wrapped(*args):
         single, nums = _argnums(argnums, len(args), "jacrev")
@@ -306,6 +317,7 @@ def batched_jvp(f, primals, tangents, has_aux=False):
         >>> x = sm.tensor([1.0, 2.0])
         >>> sm.batched_jvp(lambda x: x ** 3, (x,), (sm.eye(2),))[1]   # rows of the Jacobian: [[3, 0], [0, 12]]
     """
+    _check_callable("batched_jvp", f)
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
         raise TypeError("batched_jvp(f, primals, tangents): primals and tangents must be tuples "
                         "(one entry per argument).")
@@ -377,6 +389,7 @@ def jacfwd(f, argnums=0, has_aux=False, *, chunk_size=None, batched=True):
             ``CHUNK_BUDGET`` (2**25 elements) per pass.
         batched: False = the previous path, one unbatched :func:`jvp` per input element.
     """
+    _check_callable("jacfwd", f)
     if not batched:
         return _jacfwd_loop(f, argnums, has_aux)
 
@@ -483,6 +496,7 @@ def hessian(f, argnums=0, has_aux=False, *, chunk_size=None, batched=True):
     Example:
         >>> sm.hessian(lambda x: (x ** 3).sum())(sm.tensor([1.0, 2.0]))   # Tensor([[6., 0.], [0., 12.]])
     """
+    _check_callable("hessian", f)
     g = grad(f, argnums, has_aux=has_aux)
     return jacfwd(g, argnums, has_aux=has_aux, chunk_size=chunk_size, batched=batched)
 
@@ -490,6 +504,7 @@ def hessian(f, argnums=0, has_aux=False, *, chunk_size=None, batched=True):
 def hvp(f, primals, tangents):
     """Hessian-vector product ``(grad f(x), H v)`` by forward-over-reverse (JVP rules through the
     backward pass), for pytrees ``primals`` / ``tangents`` (tuples, one entry per argument)."""
+    _check_callable("hvp", f)
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
         raise TypeError("hvp(f, primals, tangents): primals and tangents must be tuples (one entry per argument).")
     nums = tuple(range(len(primals)))

@@ -5,7 +5,7 @@ import numbers
 
 import numpy as np
 
-from ..tensor import Tensor, _is_int, as_tensor, check_int, scalar, shape_tuple, tensor  # noqa: F401
+from ..tensor import Tensor, _is_int, as_tensor, check_int, check_size, scalar, shape_tuple, tensor  # noqa: F401
 
 FLOATS = ("float32", "float64")
 
@@ -65,6 +65,7 @@ def broadcast_shapes(name, *shapes):
             raise ValueError(f"{name}: shapes {', '.join(map(str, shapes))} cannot be broadcast together "
                              f"(axis {d - nd} has sizes {sorted(sizes)}); numpy's broadcasting rules apply.")
         out.append(sizes.pop() if sizes else 1)
+    check_size(name, out)
     return tuple(out)
 
 

@@ -29,11 +29,6 @@ def _is_int(i):
     return isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, (bool, np.bool_))
 
 
-def is_advanced(i) -> bool:
-    """True for index entries that make numpy's indexing advanced (arrays, lists, bools)."""
-    return isinstance(i, (Tensor, list, tuple, np.ndarray, bool, np.bool_))
-
-
 def _array_entry(i, name):
     """('mask', bool values) | ('arr', int values or an int32 Tensor) for an array-like index."""
     if isinstance(i, Tensor):
@@ -344,8 +339,9 @@ def update(x, idx, v, mode):
                             f"with .astype('{x.dtype}').")
     if not isinstance(idx, tuple):
         idx = (idx,)
-    iota = reshape(_iota(x.size), x.shape)
-    addr = iota[idx] if any(is_advanced(i) for i in idx) else _basic_addr(iota, idx)
+    addr = _host_addresses(x.shape, idx)
+    if addr is None:  # indices traced by sciml.jit: addresses computed by kernels
+        addr = reshape(_iota(x.size), x.shape)[idx]
     try:
         vb = broadcast_to(v, addr.shape)
     except ValueError:
@@ -405,8 +401,26 @@ def _layers(a):
     return out
 
 
-def _basic_addr(iota, idx):
-    return iota[idx]
+def _host_addresses(shape, idx):
+    """Flat addresses of ``x[idx]`` computed on the host as an int32 Tensor (numpy's own indexing of an
+    arange), or None when an index Tensor holds values traced by ``sciml.jit``."""
+    np_idx = []
+    for i in idx:
+        if isinstance(i, Tensor):
+            v = host_values(i)
+            if v is None:
+                return None
+            i = v
+        np_idx.append(i)
+    n = math.prod(shape)
+    if n >= 2**31:
+        return None
+    iota = np.arange(n, dtype=np.int32).reshape(shape)
+    try:
+        a = iota[tuple(np_idx)]
+    except (IndexError, TypeError, ValueError):
+        return None  # the kernel path raises sciml's own error for it
+    return tensor(np.ascontiguousarray(a), "int32")
 
 
 _iotas: dict = {}

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ... import backend
 from ...kernels import linalg as L
 from ..backward import needs
 from ..primitive import Primitive
-from ..tensor import as_tensor
+from ..tensor import as_tensor, check_size
 from ._util import check_float, operands
 from .reduce import broadcast_to, reshape
 
@@ -192,6 +194,9 @@ def matmul(a, b, transpose_a=False, transpose_b=False):
     Returns:
         (..., m, n) Tensor.
     """
+    for arg, flag in (("transpose_a", transpose_a), ("transpose_b", transpose_b)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"matmul: {arg}={flag!r} ({type(flag).__name__}); expected True or False.")
     a, b = operands("matmul", a, b)
     check_float("matmul", a, b)
     if a.ndim == 0 or b.ndim == 0:
@@ -207,13 +212,17 @@ def matmul(a, b, transpose_a=False, transpose_b=False):
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align "
                          f"(inner dimensions {k} != {k2}).")
     ba, bb = a.shape[:-2], b.shape[:-2]
-    if ba != bb:
+    if ba == bb:
+        check_size("matmul", ba + (m, n))
+    else:
         if not bb and not transpose_a:  # (..., m, k) @ (k, n): one flat 2-D GEMM
+            check_size("matmul", ba + (m, n))
             r = _mm(reshape(a, (-1, k)), b, ta=False, tb=transpose_b)
             r = reshape(r, ba + (m, n))
             return _squeeze_vec(r, va, vb)
         from ._util import broadcast_shapes
         batch = broadcast_shapes("matmul (batch dimensions)", ba, bb)
+        check_size("matmul", batch + (m, n))
         a = broadcast_to(a, batch + a.shape[-2:])
         b = broadcast_to(b, batch + b.shape[-2:])
     return _squeeze_vec(_mm(a, b, ta=transpose_a, tb=transpose_b), va, vb)

@@ -1,6 +1,7 @@
 """Reductions (sum, mean, max, min), broadcast_to and reshape: linear ops with linear rules."""
 from __future__ import annotations
 
+import builtins
 import math
 import numbers
 import warnings
@@ -153,14 +154,28 @@ for _p in (_max1, _min1):
     _p.def_batched_jvp(_ext_bjvp)
 
 
+def _keepdims(name, keepdims):
+    if keepdims is True or keepdims is False:
+        return keepdims
+    if isinstance(keepdims, (bool, np.bool_)) or (isinstance(keepdims, (numbers.Integral, np.integer))
+                                                   and keepdims in (0, 1)):
+        return bool(keepdims)
+    raise TypeError(f"{name}: keepdims={keepdims!r} ({type(keepdims).__name__}); expected True or False.")
+
+
 def _reduce(name, prim, x, axis, keepdims):
     x = as_tensor(x)
+    keepdims = _keepdims(name, keepdims)
     if x.dtype == "bool":  # as numpy: sum counts (int), max / min stay bool
         r = _reduce(name, prim, x.astype("int32"), axis, keepdims)
         return r if name == "sum" else r.astype("bool")
     axes = norm_axis(name, axis, x.ndim)
     if x.ndim == 0:
         return x
+    if name == "min" and x.dtype == "int32":
+        # min = -1 - max(-1 - x): an exact, order-reversing bijection of int32 (no overflow), because the
+        # min kernel starts int32 from a cast of +inf (INT_MIN); kernels/reduce.py's owner should start at INT_MAX
+        return -1 - _reduce("max", _max1, -1 - x, axis, keepdims)
     if axis is None and x.ndim > 1:
         r = prim(reshape(x, (x.size,)), axis=0)
         return reshape(r, (1,) * x.ndim if keepdims else ())
@@ -173,8 +188,29 @@ def _reduce(name, prim, x, axis, keepdims):
 
 
 def sum(x, axis=None, keepdims=False):
-    """Sum over ``axis`` (an int, a tuple, or None for all)."""
-    return _reduce("sum", _sum1, x, axis, keepdims)
+    """Sum over ``axis`` (an int, a tuple, or None for all). An int32 sum that does not fit in int32
+    raises OverflowError (numpy would widen to int64; sciml has no int64)."""
+    r = _reduce("sum", _sum1, x, axis, keepdims)
+    if r.dtype == "int32" and isinstance(x, Tensor) and x.dtype == "int32" and x.size > 1:
+        _check_int_sum(x, axis, r)
+    return r
+
+
+def _check_int_sum(x, axis, r):
+    from ._util import host_values
+    if not (backend.on_host() or x.size < 65536):
+        return
+    a = host_values(x)
+    if a is None:  # traced by sciml.jit: cannot be read
+        return
+    a = a.astype(np.int64)
+    if int(np.abs(a).max()) * (x.size // builtins.max(r.size, 1)) < 2**31:
+        return
+    exact = np.sum(a, axis=norm_axis("sum", axis, x.ndim))
+    if exact.size and (exact.max() > 2**31 - 1 or exact.min() < -2**31):
+        raise OverflowError(f"sum: the int32 sum of a Tensor of shape {x.shape} overflows int32 (exact value "
+                            f"{exact.max() if exact.max() > 2**31 - 1 else exact.min()}); cast to float64 first "
+                            "(x.astype('float64').sum()).")
 
 
 def _empty_mean(name, x, axes, keepdims, what):
@@ -193,6 +229,7 @@ def mean(x, axis=None, keepdims=False):
     RuntimeWarning, as numpy."""
     x = as_tensor(x)
     check_float("mean", x)
+    keepdims = _keepdims("mean", keepdims)
     axes = norm_axis("mean", axis, x.ndim)
     count = math.prod(x.shape[a] for a in axes)
     if count == 0:
@@ -214,6 +251,7 @@ def var(x, axis=None, keepdims=False):
     """Population variance over ``axis``. Over zero elements: NaN with a RuntimeWarning, as numpy."""
     x = as_tensor(x)
     check_float("var", x)
+    keepdims = _keepdims("var", keepdims)
     axes = norm_axis("var", axis, x.ndim)
     if math.prod(x.shape[a] for a in axes) == 0:
         return _empty_mean("var", x, axes, keepdims, "variance")

@@ -10,8 +10,8 @@ from ... import backend
 from ...kernels import index as K
 from ...kernels import rows as KR
 from ..primitive import Primitive
-from ..tensor import Tensor, as_tensor, tensor
-from ._util import AxisError, check_int, host_values, norm_axis, one_axis
+from ..tensor import Tensor, as_tensor, check_size, tensor
+from ._util import check_int, host_values, norm_axis, one_axis
 from .reduce import reshape
 
 
@@ -287,6 +287,7 @@ def scatter_add(values, idx, rows: int):
     values = as_tensor(values)
     idx = _as_index(idx, "scatter_add")
     rows = check_int("scatter_add", "rows", rows, 0)
+    check_size("scatter_add", (rows,) + values.shape[idx.ndim:])
     if values.shape[:idx.ndim] != idx.shape:
         raise ValueError(f"scatter_add: values of shape {values.shape} do not start with the index shape "
                          f"{idx.shape}; expected idx.shape + row_shape.")
