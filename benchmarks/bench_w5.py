@@ -1,9 +1,9 @@
 """W5: differentiable 1-D heat rollout (1024 cells, 2000 steps, float64), loss and gradient w.r.t. u0.
 
-    python -m benchmarks.bench_w5 [--repeat 20] [--no-peers] [--no-memory]
+    python -m benchmarks.bench_w5 [--repeat 20] [--no-peers] [--no-memory] [--auto-rule]
 
 Rows: sciml fused path (time loop in one kernel + hand-written adjoint), sciml per-step path
-(one launch per step, Taichi's step.grad per step), the plain DiffTaichi style (fields, one kernel
+(one launch per step from cached launch contexts, Taichi's step.grad per step), the plain DiffTaichi style (fields, one kernel
 per step, ti.ad.Tape), PyTorch (eager) and JAX (lax.scan, jit). The gradient is compared with
 JAX's (and with the NumPy reference). Then the memory of a 1e5-step differentiated rollout, with
 and without checkpointing (tracemalloc peak: numpy buffers are traced).
@@ -33,7 +33,8 @@ def bench_sciml(sm, mode, repeat):
     u0 = sm.tensor(u0n)
     loss, g = vg(u0)
     fwd = lambda: float(((sim(u0, r) - target) ** 2).sum())  # noqa: E731
-    s = _samples(lambda: vg(u0)[0].item(), 2 if mode == "fused" else 1, repeat if mode == "fused" else 3)
+    n = repeat if mode == "fused" else max(3, repeat // 4)  # per-step: as many samples as the DiffTaichi row
+    s = _samples(lambda: vg(u0)[0].item(), 2 if mode == "fused" else 1, n)
     sf = _samples(fwd, 1, repeat if mode == "fused" else 3)
     return peers.make_result(f"sciml/W5_{mode}", s, loss=float(loss), forward_only_s=statistics.median(sf),
                              grad=g.numpy(), dtype="float64")
@@ -95,15 +96,38 @@ def memory_1e5(sm):
     return rows
 
 
+def auto_rule(sm):
+    """Fused vs per-step path of heat1d at growing sizes (the measurement behind mode='auto')."""
+    rows = []
+    rng = np.random.default_rng(0)
+    for n, steps in ((65536, 50), (262144, 20), (1 << 20, 10)):
+        u0, r = sm.tensor(rng.random(n)), sm.tensor([0.2])
+        res = {}
+        for mode in ("fused", "per_step"):
+            sim = sm.physics.heat1d(n, steps, mode=mode)
+            vg = sm.value_and_grad(lambda u, sim=sim: (sim(u, r) ** 2).sum())
+            g = vg(u0)[1].numpy()
+            res[mode] = (min(_samples(lambda: vg(u0)[0].item(), 0, 3)), g)
+        rows.append((n, steps, res["fused"][0], res["per_step"][0],
+                     float(np.abs(res["fused"][1] - res["per_step"][1]).max())))
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--auto-rule", action="store_true", help="only: fused vs per-step path at 65K-1M cells")
     args = ap.parse_args(argv)
     import sciml as sm
     sm.init(arch="cpu", dtype="float64")
     import taichi as ti
+    if args.auto_rule:
+        print(f"{'cells':>9} {'steps':>6} {'fused ms':>9} {'per_step ms':>12} {'max |grad diff|':>16}")
+        for n, steps, tf, tp, d in auto_rule(sm):
+            print(f"{n:>9} {steps:>6} {tf * 1e3:>9.1f} {tp * 1e3:>12.1f} {d:>16.2e}")
+        return None
 
     results = [bench_sciml(sm, "fused", args.repeat), bench_sciml(sm, "per_step", args.repeat),
                bench_difftaichi(ti, args.repeat)]

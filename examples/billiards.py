@@ -84,22 +84,26 @@ def main(argv=None):
     print(f"final loss {history[-1]:.3e} (from {history[0]:.3e}), {nfev} rollouts + gradients, {dt:.2f} s; "
           f"launch velocity {v_fit}")
 
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
+    from matplotlib.figure import Figure
+
+    from sciml._io import atomic_write
+    fig = Figure(figsize=(10, 3.8))
+    ax = fig.subplots(1, 2)
     for vel, style, name in ((v_start, ":", "start"), (v_fit, "-", "fitted")):
         traj = sim.trajectory(start(sm.tensor(vel)), params, every=2)
         ax[0].plot(traj[:, 0, 0], traj[:, 0, 1], "k" + style, label=f"cue ({name})")
         ax[0].plot(traj[:, 1, 0], traj[:, 1, 1], "b" + style, label=f"object ball ({name})")
     ax[0].plot(*TARGET, "r*", ms=14, label="target")
     ax[0].set_aspect("equal")
+    ax[0].set_xlabel("x")
+    ax[0].set_ylabel("y")
     ax[0].legend(fontsize=7)
     ax[1].semilogy(history)
     ax[1].set_xlabel(f"{args.optimizer} iteration")
     ax[1].set_ylabel("loss")
     fig.tight_layout()
-    fig.savefig(args.out, dpi=120)
+    with atomic_write(args.out) as tmp:
+        fig.savefig(tmp, dpi=120)
     print(f"wrote {args.out}")
     return history
 

@@ -76,30 +76,41 @@ def main(argv=None):
     print(f"{args.iters} Adam steps through {args.steps} simulation steps each in {time.perf_counter() - t0:.1f} s; "
           f"loss {history[0]:+.4f} -> {history[-1]:+.4f}")
 
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    from sciml._io import atomic_write
     with sm.no_grad():
         states = sim.rollout(x0, physics, controller(net.params()), return_states=True)
     frames = np.linspace(0, args.steps, 6).astype(int)
-    fig = plt.figure(figsize=(12, 4))
-    ax = fig.add_subplot(2, 1, 1)
-    for k, f in enumerate(frames):
-        xs = states[f].numpy()
-        shade = 0.25 + 0.75 * k / (len(frames) - 1)
+    xy = [states[f].numpy()[:, :2] for f in frames]
+    half = 0.5 * max(float((a.max(axis=0) - a.min(axis=0)).max()) for a in xy) + 0.03  # one scale for all panels
+    top = max(float(a[:, 1].max()) for a in xy) + 0.03
+    fig = Figure(figsize=(2.0 * len(frames), 3.8))
+    grid = fig.add_gridspec(2, len(frames), height_ratios=[1, 1.2])
+    for k, (f, xs) in enumerate(zip(frames, xy)):  # one panel per frame, each centred on the robot
+        ax = fig.add_subplot(grid[0, k])
         for a, b in ends:
-            ax.plot(xs[[a, b], 0], xs[[a, b], 1], "-", color=(0.1, 0.3, 0.8, shade), lw=1)
-        ax.plot(xs[:, 0], xs[:, 1], "o", color=(0.8, 0.2, 0.1, shade), ms=3)
-        ax.text(xs[:, 0].mean(), xs[:, 1].max() + 0.03, f"t={f * dt:.2f}s", ha="center", fontsize=7)
-    ax.axhline(PHYSICS[3], color="k", lw=0.8)
-    ax.set_aspect("equal")
-    ax.set_title("trained controller: frames of one rollout")
-    ax2 = fig.add_subplot(2, 1, 2)
+            ax.plot(xs[[a, b], 0], xs[[a, b], 1], "-", color="tab:blue", lw=1)
+        ax.plot(xs[:, 0], xs[:, 1], "o", color="tab:red", ms=3)
+        cx = xs[:, 0].mean()
+        ax.axhline(PHYSICS[3], color="k", lw=0.8)
+        ax.axvline(pos[:, 0].mean(), color="0.6", lw=0.8, ls="--")  # where the robot started
+        ax.set_xlim(cx - half, cx + half)
+        ax.set_ylim(PHYSICS[3] - 0.02, top)
+        ax.set_aspect("equal")
+        ax.set_title(f"t = {f * dt:.2f} s\nmean x = {cx:.3f}", fontsize=8)
+        ax.tick_params(labelsize=6)
+        if k == 0:
+            ax.set_ylabel("y", fontsize=8)
+        ax.set_xlabel("x", fontsize=8)
+    ax2 = fig.add_subplot(grid[1, :])
     ax2.plot(history, "o-")
     ax2.set_xlabel("Adam step")
-    ax2.set_ylabel("loss = -mean x")
+    ax2.set_ylabel("loss = -(mean x at the end)")
+    fig.suptitle("trained controller: frames of one rollout (dashed: start position; black: ground)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=120)
+    with atomic_write(args.out) as tmp:
+        fig.savefig(tmp, dpi=120)
     print(f"wrote {args.out}")
     return history
 

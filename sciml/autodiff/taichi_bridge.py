@@ -10,8 +10,8 @@ rule in sciml ops with :meth:`TaichiFunction.def_vjp`; then every order works.
 Kernel convention: ``kernel(*inputs, *outputs, *constants)``, every array a ``ti.types.ndarray``
 of the declared shape. Outputs start zeroed; the kernel must write them (``=`` or ``+=``) and
 must never write its inputs. Taichi's reverse mode is silently wrong outside a narrow subset
-(``../shared/TAICHI-NOTES.md``): one top-level loop, outputs written once, inputs never written,
-``+=`` into shared outputs, ``ti.static`` indices into local vectors. Test every wrapped kernel
+(docs/physics.md, "Rules for kernels Taichi differentiates"): inputs never written, every value
+written once and never overwritten after it was read, ``+=`` into shared outputs. Test every wrapped kernel
 against finite differences (``sciml.testing.check_grads(f, args, order=1, modes=("rev",))``).
 
 On Vulkan Taichi's ndarray autodiff returns zeros (taichi issue 8524), so the VJP raises a

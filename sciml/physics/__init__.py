@@ -9,7 +9,8 @@ os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")  # importing sciml prin
 
 from .simulation import Simulation, SimulationCheckError  # noqa: E402
 from .heat import heat1d  # noqa: E402
+from .conduction import conduction1d  # noqa: E402
 from .billiards import billiards  # noqa: E402
 from .mass_spring import mass_spring, robot  # noqa: E402
 
-__all__ = ["Simulation", "SimulationCheckError", "heat1d", "billiards", "mass_spring", "robot"]
+__all__ = ["Simulation", "SimulationCheckError", "heat1d", "conduction1d", "billiards", "mass_spring", "robot"]

@@ -74,6 +74,23 @@ def start_state(seed=0):
     return xp, vp
 
 
+REF_STEPS = 64
+REF_PARAMS = np.array([9.8, 0.5])
+_REF = {}
+
+
+def reference_case():
+    """One shared case (start state, params, controls, loss weights) and its ti.ad.Tape result,
+    computed once per test session: ``(xp0, vp0, params, controls (T, 1), wx, wv, tape result)``."""
+    if not _REF:
+        xp, vp = start_state()
+        rng = np.random.default_rng(1)
+        wx, wv = rng.standard_normal(N), rng.standard_normal(N)
+        ctrl = 0.1 * np.sin(np.arange(REF_STEPS))[:, None]
+        _REF["case"] = (xp, vp, REF_PARAMS, ctrl, wx, wv, tape_reference(xp, vp, REF_PARAMS, ctrl[:, 0], wx, wv))
+    return _REF["case"]
+
+
 def tape_reference(xp0, vp0, params, controls, wx, wv):
     """Loss sum(wx x_T + wv v_T) and its gradients (dx0, dv0, dparams, dcontrols) with fields + ti.ad.Tape."""
     T = len(controls)

@@ -25,16 +25,12 @@ def _x0():
 
 
 def test_scratch_step_matches_tape_reference():
-    steps = 20
-    sim = _mpm(steps)
+    xp, vp, params, ctrl, wx, wv, ref = M.reference_case()
+    sim = _mpm(len(ctrl))
     assert sim.mode == "per_step"
-    rng = np.random.default_rng(1)
-    wx, wv = rng.standard_normal(M.N), rng.standard_normal(M.N)
-    ctrl = 0.1 * np.sin(np.arange(steps))[:, None]
     f = lambda a, q, c: (sim(a, q, c) * sm.tensor(np.r_[wx, wv])).sum()  # noqa: E731
-    loss, (gx, gq, gc) = sm.value_and_grad(f, argnums=(0, 1, 2))(sm.tensor(_x0()), sm.tensor(PARAMS),
+    loss, (gx, gq, gc) = sm.value_and_grad(f, argnums=(0, 1, 2))(sm.tensor(np.r_[xp, vp]), sm.tensor(params),
                                                                   sm.tensor(ctrl))
-    ref = M.tape_reference(*M.start_state(), PARAMS, ctrl[:, 0], wx, wv)
     np.testing.assert_allclose(float(loss), ref[0], rtol=1e-12)
     np.testing.assert_allclose(gx.numpy(), np.r_[ref[1], ref[2]], rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(gq.numpy(), ref[3], rtol=1e-9, atol=1e-12)
