@@ -1,8 +1,12 @@
 """Inverse problem: recover the viscosity ν of Burgers' equation from 500 noisy observations
 of u (1% Gaussian noise on the Cole–Hopf solution with ν = 0.01/π ≈ 3.18e-3).
 
-    python examples/burgers_inverse.py [--quick]
+    python examples/burgers_inverse.py               # ~4 minutes on 2 cores
+    SCIML_QUICK=1 python examples/burgers_inverse.py # a few seconds (smoke test)
+
+Measured (docs/pinn.md): nu = 3.1634e-3 (0.6 % off), relative L2 error of u 3.2e-3.
 """
+import os
 import sys
 
 import numpy as np
@@ -13,7 +17,7 @@ from sciml.optim import LBFGS, Adam
 from sciml.pinn import Interval, Parameter, PointData, Problem, TimeInterval, d, solve
 from sciml.pinn.reference import burgers_cole_hopf
 
-quick = "--quick" in sys.argv
+quick = "--quick" in sys.argv or bool(os.environ.get("SCIML_QUICK"))
 sm.init(dtype="float64")
 true_nu = 0.01 / np.pi
 domain = Interval(-1, 1) * TimeInterval(0, 1)

@@ -9,9 +9,10 @@ final state (with a little noise) and fit the initial state by L-BFGS on
 (the smoothness term regularises the ill-posed backward diffusion).
 
     python examples/heat_inverse.py             # n=128, T=400, writes heat_inverse.png
-    python examples/heat_inverse.py --quick     # smoke test
+    python examples/heat_inverse.py --quick     # smoke test (or SCIML_QUICK=1)
 """
 import argparse
+import os
 import time
 
 import numpy as np
@@ -35,7 +36,7 @@ def main(argv=None):
     ap.add_argument("--out", default="heat_inverse.png")
     ap.add_argument("--quick", action="store_true", help="small problem, few iterations (smoke test)")
     args = ap.parse_args(argv)
-    if args.quick:
+    if args.quick or os.environ.get("SCIML_QUICK"):
         args.n, args.steps, args.iters = 48, 60, 15
     sm.init(arch="cpu", dtype="float64", seed=0)
 

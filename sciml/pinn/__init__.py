@@ -10,12 +10,14 @@ from . import reference, sampling
 from .geometry import Ball, Box, Disk, Interval, Polygon, Rectangle, TimeInterval
 from .geometry_ops import Difference, Intersection, SpaceTime, Union
 from .operators import d, div, grad, laplacian
-from .conditions import Dirichlet, Initial, Neumann, Periodic, PointData, Robin
+from .conditions import Dirichlet, Initial, Neumann, Operator, Periodic, PointData, Robin
+from .networks import Fields, Transformed
 from .problem import Parameter, Problem
 from .weighting import Fixed, GradNorm
 from .solver import Result, solve
 
 __all__ = ["Interval", "TimeInterval", "Rectangle", "Box", "Disk", "Ball", "Polygon", "Union",
            "Intersection", "Difference", "SpaceTime", "d", "grad", "div", "laplacian",
-           "Dirichlet", "Neumann", "Robin", "Periodic", "Initial", "PointData", "Parameter",
+           "Dirichlet", "Neumann", "Robin", "Periodic", "Initial", "PointData", "Operator", "Parameter",
+           "Fields", "Transformed",
            "Problem", "Fixed", "GradNorm", "solve", "Result", "reference", "sampling"]

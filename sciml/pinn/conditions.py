@@ -61,13 +61,28 @@ def _select(u, component):
     return u if component is None else u[component]
 
 
+def _label(on):
+    if isinstance(on, str):
+        return on
+    if callable(on) and not hasattr(on, "_sdf"):
+        return getattr(on, "__name__", "where").replace("<lambda>", "where")
+    return repr(on)
+
+
 class Condition:
     """Base class. Subclasses set ``derivs(names)`` and ``residual(u, pts)``.
 
     Args:
-        on: boundary part name (see ``domain.part_names``).
+        on: where the condition holds: a boundary part name (see ``domain.part_names``:
+            ``'boundary'``, ``'left'``, ``'x_min'``, ``'edge2'``, ``'initial'``, ...), a
+            geometry (the boundary points on that geometry's boundary: ``on=hole`` for the
+            hole of ``Rectangle(...) - hole``), or a vectorised predicate of the coordinate
+            columns returning a bool mask (``on=lambda x, y: np.isclose(x, 0)``, applied to
+            boundary points: DeepXDE's ``boundary(x, on_boundary)``).
         weight: loss weight (soft enforcement).
-        points: number of points to sample for this condition (default from ``solve``).
+        points: number of points to sample for this condition (default from ``solve``), or
+            the points themselves, an ``(m, dim)`` array (DeepXDE's ``PointSetBC``; then
+            ``on`` is not used to sample).
         component: output component the condition applies to (systems), or None for all.
         name: label in the loss history (default: the class name and ``on``).
     """
@@ -76,26 +91,50 @@ class Condition:
     on = "boundary"
 
     def __init__(self, on="boundary", weight=1.0, points=None, component=None, name=None):
-        self.on, self.weight, self.n_points, self.component = on, float(weight), points, component
+        self.on, self.weight, self.component = on, float(weight), component
+        self.given = None
+        if points is None or (isinstance(points, numbers.Integral) and not isinstance(points, bool)):
+            self.n_points = points
+        else:
+            x = np.asarray(points.numpy() if hasattr(points, "numpy") else points)
+            if x.ndim != 2 or not np.issubdtype(x.dtype, np.number) or len(x) == 0:
+                raise ValueError(f"{type(self).__name__}(points=...): expected a point count "
+                                 f"or an (m, dim) array of points, got "
+                                 f"{type(points).__name__} of shape {np.shape(x)}.")
+            self.given, self.n_points = x.astype(np.float64), len(x)
         self._name = name
 
     @property
     def name(self):
-        return self._name or f"{type(self).__name__.lower()}:{self.on}"
+        where = "points" if self.given is not None else _label(self.on)
+        return self._name or f"{type(self).__name__.lower()}:{where}"
 
     def derivs(self, names):
         """Multi-indices this condition needs (tuples of coordinate axes)."""
         return {()}
 
     def check(self, domain):
-        """Raise a clear ValueError if the domain has no boundary part ``self.on``."""
-        if self.on not in domain.part_names:
+        """Raise a clear ValueError if the domain has no boundary part ``self.on`` or the
+        given points do not fit it."""
+        if self.given is not None:
+            if self.given.shape[1] != domain.dim:
+                raise ValueError(f"{type(self).__name__}(points=...): points have shape "
+                                 f"{self.given.shape}; expected (m, {domain.dim}) with columns "
+                                 f"{domain.names}.")
+            domain.check_inside(self.given, what=f"{type(self).__name__}(points=...)")
+            return
+        if isinstance(self.on, str) and self.on not in domain.part_names:
             raise ValueError(f"{type(self).__name__}(on={self.on!r}): the domain {domain!r} has "
                              f"no boundary part {self.on!r}; available: "
                              f"{', '.join(map(repr, domain.part_names))}.")
+        if not isinstance(self.on, str) and not callable(self.on) and not hasattr(self.on, "_sdf"):
+            raise TypeError(f"{type(self).__name__}(on=...): expected a part name, a geometry "
+                            f"or a predicate of the coordinates, got {type(self.on).__name__}.")
 
     def sample(self, domain, n, rng, method):
         """Points for this condition, a :class:`Points`."""
+        if self.given is not None:
+            return self.prepare(domain, self.given)
         x = domain.sample_boundary(n, rng, method, part=self.on)
         return self.prepare(domain, x)
 
@@ -264,14 +303,17 @@ class Initial(Condition):
 
 
 class PointData(Condition):
-    """u(x_i) = y_i at observation points (data fitting; inverse problems).
+    """u(x_i) = y_i at observation points (data fitting; inverse problems), or, with
+    ``derivative='x'`` (or ``('x', 'x')``, ...), du/dx(x_i) = y_i: observations of a
+    derivative.
 
     Args:
         points: observation points, ``(m, dim)``, inside the domain.
         values: observed values, ``(m,)`` or ``(m, k)``.
+        derivative: None (the value), a coordinate name or a tuple of names.
     """
 
-    def __init__(self, points, values, weight=1.0, component=None, name="data"):
+    def __init__(self, points, values, weight=1.0, component=None, name="data", derivative=None):
         super().__init__("data", weight, None, component, name)
         x = np.asarray(points.numpy() if hasattr(points, "numpy") else points, dtype=np.float64)
         y = np.asarray(values.numpy() if hasattr(values, "numpy") else values, dtype=np.float64)
@@ -283,15 +325,74 @@ class PointData(Condition):
             raise ValueError(f"PointData: values has shape {np.shape(values)}; expected "
                              f"({x.shape[0]},) or ({x.shape[0]}, k), one row per point.")
         self.x, self.y = x, y
+        self.derivative = (derivative,) if isinstance(derivative, str) else \
+            tuple(derivative or ())
 
     def check(self, domain):
         domain.check_inside(self.x, what="PointData points")
+        bad = [s for s in self.derivative if s not in domain.names]
+        if bad:
+            raise ValueError(f"PointData(derivative={self.derivative!r}): unknown coordinate(s) "
+                             f"{bad}; the domain's coordinates are {domain.names}.")
+
+    def derivs(self, names):
+        return {(), tuple(sorted(names.index(s) for s in self.derivative))}
 
     def sample(self, domain, n, rng, method):
         return Points(self.x, domain.names, target=self.y)
 
     def residual(self, u, pts):
-        return _select(u, self.component) - pts.target
+        v = _select(u, self.component)
+        if self.derivative:
+            v = d(v, *self.derivative)
+        return v - pts.target
+
+
+class Operator(Condition):
+    """residual(u, x, ...) = 0 where ``on`` selects, or at given ``points``: any expression of
+    the output and its derivatives on boundary or data points (DeepXDE's ``OperatorBC`` and
+    ``PointSetOperatorBC``). Its arguments are matched by name as the PDE residual's are
+    (coordinates, parameters, outputs).
+
+    Example:
+        >>> Operator(lambda u, x: d(u, x, x) - 2.0, on="right")     # u''(1) = 2
+    """
+
+    def __init__(self, residual, on="boundary", weight=1.0, points=None, name=None):
+        if not callable(residual):
+            raise TypeError(f"Operator: residual must be a function, got "
+                            f"{type(residual).__name__}.")
+        super().__init__(on, weight, points, None, name)
+        self.fn, self._problem = residual, None
+
+    @property
+    def name(self):
+        where = "points" if self.given is not None else _label(self.on)
+        return self._name or f"operator:{where}"
+
+    def bind(self, problem):
+        """Match the function's arguments against the problem's names (Problem calls it)."""
+        self._problem = problem
+        self._args, self._outs = problem.signature(self.fn, "Operator residual")
+
+    def residual(self, u, pts):
+        from ..autodiff.tensor import Tensor
+        from .operators import Coordinate
+        if getattr(pts, "_coord_dtype", None) != u.dtype:
+            pts._coords = [Coordinate.wrap(tensor(np.ascontiguousarray(pts.x[:, i:i + 1]),
+                                                  u.dtype), s, i)
+                           for i, s in enumerate(pts.names)]
+            pts._coord_dtype = u.dtype
+        kw = self._problem.residual_kwargs(u, pts._coords, self._args, self._outs)
+        r = self.fn(**kw)
+        if isinstance(r, (list, tuple)):
+            from ..autodiff import ops
+            r = ops.concat([ops.reshape(p, (len(pts), -1)) for p in r], axis=1)
+        if not isinstance(r, Tensor) or r.shape[0] != len(pts) or r.ndim > 2:
+            raise ValueError(f"{self.name}: the residual returned "
+                             f"{getattr(r, 'shape', type(r).__name__)}; expected ({len(pts)},) or "
+                             f"({len(pts)}, k), one row per point.")
+        return r
 
 
 def as_target_tensors(pts, dtype):
@@ -305,4 +406,4 @@ def as_target_tensors(pts, dtype):
 
 
 __all__ = ["Condition", "Dirichlet", "Neumann", "Robin", "Periodic", "Initial", "PointData",
-           "Points"]
+           "Operator", "Points"]

@@ -412,6 +412,19 @@ class Polygon(Geometry):
     def _normal(self, x):
         return self._n[self._nearest(x)[1]].copy()
 
+    def _edge_mask(self, k):
+        a, e, n = self._a[k], self._e[k], self._n[k]
+
+        def mask(x, tol):
+            t = np.sum((x - a) * e, axis=1) / self._len[k] ** 2
+            return (np.abs((x - a) @ n) <= tol) & (t >= -tol) & (t <= 1 + tol)
+        return mask
+
+    def _parts(self):
+        """``'edge0'``, ``'edge1'``, ...: edge k runs from vertex k to vertex k + 1 (in the
+        counter-clockwise order the vertices are stored in, ``self.vertices``)."""
+        return {f"edge{k}": self._edge_mask(k) for k in range(len(self._a))}
+
     def _map_boundary(self, u):
         cum = np.concatenate([[0.0], np.cumsum(self._len)])
         s = u[:, 0] * cum[-1]

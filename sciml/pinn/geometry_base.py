@@ -187,11 +187,35 @@ class Geometry:
         return mask_fn(pts, tol)
 
     def boundary_part(self, name):
-        """The mask function ``f(pts, tol=None) -> (n,) bool`` of a named boundary part.
+        """The mask function ``f(pts, tol=None) -> (n,) bool`` of a boundary part.
 
+        Args:
+            name: a part name (``self.part_names``); a geometry (the points of this
+                boundary that lie on that geometry's boundary, e.g. the hole of a CSG
+                difference; a spatial geometry of a space-time domain acts on the space
+                coordinates); or a vectorised predicate of the coordinate columns returning a
+                mask, e.g. ``lambda x, y: np.isclose(x, 0)`` (applied to boundary points).
         Raises:
             ValueError: for an unknown name, listing the names available.
         """
+        if isinstance(name, Geometry):
+            g = name
+            if g.dim > self.dim:
+                raise ValueError(f"on={g!r}: a {g.dim}-D geometry cannot select points of the "
+                                 f"{self.dim}-D {self!r}.")
+            return lambda pts, tol=None: self.on_boundary(pts, tol) & (np.abs(g._sdf(
+                self._points(pts, "select")[:, :g.dim])) <= g._tol_or_default(tol))
+        if callable(name):
+            def mask(pts, tol=None):
+                x = self._points(pts, "select")
+                m = np.asarray(name(*x.T))
+                if m.shape != (len(x),) or m.dtype != bool:
+                    raise ValueError(f"on={getattr(name, '__name__', name)}: the predicate "
+                                     f"returned {m.dtype} of shape {m.shape} for {len(x)} points;"
+                                     f" expected a bool mask of shape ({len(x)},) (called with "
+                                     f"the coordinate columns {self.names}).")
+                return self.on_boundary(x, tol) & m
+            return mask
         parts = self._parts()
         if name == "boundary":
             return lambda pts, tol=None: self.on_boundary(pts, tol)

@@ -325,6 +325,14 @@ def network_derivatives(net, params, x, derivs, path="auto"):
         ``(values, path_used)``: dict multi-index -> ``(n, n_out)`` Tensor, and the name.
     """
     derivs = sorted({tuple(sorted(i)) for i in derivs}, key=lambda i: (len(i), i))
+    if path != "autodiff" and type(net).__name__ == "Fields" and hasattr(net, "nets"):
+        # one network per field: each one's derivatives on its own path, stacked
+        parts = [network_derivatives(n, params[str(k)], x, derivs, path)
+                 for k, n in enumerate(net.nets)]
+        used = parts[0][1] if len({p[1] for p in parts}) == 1 else "mixed"
+        if len(parts) == 1:
+            return parts[0][0], used
+        return {i: ops.concat([p[0][i] for p in parts], axis=1) for i in derivs}, used
     layers = mlp_layers(net, params) if path != "autodiff" else None
     if layers is not None:
         act = net.activation
@@ -346,5 +354,27 @@ def network_derivatives(net, params, x, derivs, path="auto"):
     return autodiff_derivatives(lambda z: net.apply(params, z), x, derivs), "autodiff"
 
 
-__all__ = ["d", "grad", "div", "laplacian", "Field", "Coordinate", "Jet",
+def path_reason(net, params, derivs, path, used):
+    """Why :func:`network_derivatives` took the path ``used`` (for ``Result.path_reason``)."""
+    order = max((len(i) for i in derivs), default=0)
+    if path == used and path != "auto":
+        return f"path={path!r} was asked for"
+    if type(net).__name__ == "Fields":
+        return (f"{len(net.nets)} networks, one per field, each on its own path "
+                f"({used}); outputs stacked")
+    if used == "fused":
+        return (f"an MLP with activation {getattr(net.activation, '__name__', net.activation)} "
+                f"and derivatives up to order {order}: the fused Taylor-mode kernels")
+    if used == "generic":
+        act = getattr(net.activation, "__name__", repr(net.activation))
+        return (f"the fused kernels do not cover activation {act} with derivatives up to order "
+                f"{order}: nested autodiff through the MLP's layers")
+    if mlp_layers(net, params) is None:
+        return (f"{type(net).__name__} is not an MLP (no .layers/.activation the kernels "
+                "understand: a custom network, a transform or several networks): nested "
+                "forward-mode autodiff through net.apply")
+    return "nested forward-mode autodiff through net.apply"
+
+
+__all__ = ["d", "grad", "div", "laplacian", "Field", "Coordinate", "Jet", "path_reason",
            "network_derivatives", "autodiff_derivatives", "mlp_layers"]

@@ -20,7 +20,7 @@ import numpy as np
 from ..autodiff import ops
 from ..autodiff.tensor import Tensor, tensor
 from .conditions import Condition, Dirichlet, Initial, as_target_tensors
-from .operators import Coordinate, Jet, _Missing, network_derivatives
+from .operators import Coordinate, Jet, _Missing, network_derivatives, path_reason
 
 BAD_RESIDUAL_SHAPE = ("residual returned shape {shape}; expected ({n},) or ({n}, k): one row per "
                       "interior point (n = {n}). Return the pointwise residual, not a reduction such "
@@ -86,8 +86,9 @@ class Problem:
             system), zero where the PDE holds; see the module docstring for the arguments.
         conditions: list of conditions (Dirichlet, Neumann, Robin, Periodic, Initial,
             PointData).
-        reference: optional exact solution ``ref(points (n, dim)) -> (n,)`` or ``(n, k)``;
-            then the solver reports the relative L2 error.
+        reference: optional exact solution ``ref(points (n, dim)) -> (n,)`` or ``(n, k)``, or
+            data ``(points (m, dim), values (m,) or (m, k))`` (e.g. a finite-difference or
+            spectral solution on a grid); then the solver reports the relative L2 error.
         parameters: dict name -> :class:`Parameter` of trainable coefficients.
         outputs: number of network outputs, or their names (a system: ``('u', 'v')``).
         name: label for progress lines and plots.
@@ -123,25 +124,32 @@ class Problem:
             self.output_names = tuple(outputs)
             self.n_out = len(self.output_names)
         self.name = name or getattr(residual, "__name__", "problem")
+        self.reference = _check_reference(domain, reference)
         self._bind_signature()
+        for c in self.conditions:
+            if hasattr(c, "bind"):
+                c.bind(self)
         self._check_hard()
 
     # --- residual arguments -------------------------------------------------------------------
-    def _bind_signature(self):
-        sig = inspect.signature(self.residual)
+    def signature(self, fn, who="residual"):
+        """``(args, outs)`` of a function of outputs, coordinates and parameters, checked."""
+        sig = inspect.signature(fn)
         args = [p.name for p in sig.parameters.values()
                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
         outs = [a for a in args if a not in self.names and a not in self.parameters]
         if self.output_names is not None and set(outs) - set(self.output_names) and len(outs) != 1:
-            raise ValueError(f"residual{sig}: arguments {outs} are neither coordinates "
+            raise ValueError(f"{who}{sig}: arguments {outs} are neither coordinates "
                              f"{self.names}, parameters {tuple(self.parameters)} nor outputs "
                              f"{self.output_names}.")
         if len(outs) not in (1, self.n_out):
-            raise ValueError(f"residual{sig}: takes {len(outs)} output argument(s) {outs} but the "
+            raise ValueError(f"{who}{sig}: takes {len(outs)} output argument(s) {outs} but the "
                              f"problem has {self.n_out} output(s); the other arguments must be "
                              f"coordinates {self.names} or parameters {tuple(self.parameters)}.")
-        self._args = args
-        self._outs = outs
+        return args, outs
+
+    def _bind_signature(self):
+        self._args, self._outs = self.signature(self.residual)
 
     def _check_hard(self):
         hard = [c for c in self.conditions if getattr(c, "hard", False)]
@@ -155,18 +163,21 @@ class Problem:
         self.hard = hard
         self.soft_conditions = [c for c in self.conditions if not getattr(c, "hard", False)]
 
-    def residual_kwargs(self, u_field, coords):
-        """Keyword arguments for the residual from the output field and coordinate handles."""
+    def residual_kwargs(self, u_field, coords, args=None, outs=None):
+        """Keyword arguments for the residual (or another function with ``args`` of which
+        ``outs`` are outputs) from the output field and coordinate handles."""
+        args = self._args if args is None else args
+        outs = self._outs if outs is None else outs
         kw = {}
-        single = len(self._outs) == 1
-        for k, a in enumerate(self._outs):
+        single = len(outs) == 1
+        for k, a in enumerate(outs):
             if single:
                 kw[a] = u_field
             elif self.output_names is not None:
                 kw[a] = u_field[self.output_names.index(a)]
             else:
                 kw[a] = u_field[k]
-        for a in self._args:
+        for a in args:
             if a in self.names:
                 kw[a] = coords[self.names.index(a)]
             elif a in self.parameters:
@@ -229,6 +240,23 @@ class Problem:
                 out[:, 0] *= (t - dom.t0) / (dom.t1 - dom.t0)
             return out
         return A, B
+
+
+def _check_reference(domain, ref):
+    """None, a function of the points, or data ``(points (m, dim), values (m,) or (m, k))``."""
+    if ref is None or callable(ref):
+        return ref
+    if isinstance(ref, (tuple, list)) and len(ref) == 2:
+        pts = domain._points(ref[0], "Problem(reference=(points, values))")
+        vals = np.asarray(ref[1].numpy() if hasattr(ref[1], "numpy") else ref[1], dtype=np.float64)
+        vals = vals[:, None] if vals.ndim == 1 else vals
+        if vals.ndim != 2 or len(vals) != len(pts):
+            raise ValueError(f"Problem(reference=(points, values)): values has shape "
+                             f"{np.shape(ref[1])}; expected ({len(pts)},) or ({len(pts)}, k), one "
+                             "row per point.")
+        return (pts, vals)
+    raise TypeError(f"Problem(reference=...): expected a function of the points or a pair "
+                    f"(points, values), got {type(ref).__name__}.")
 
 
 def fd_jet(f, x, derivs, h=1e-3):
@@ -370,14 +398,15 @@ class Loss:
 
     def derivatives(self, net_params, x, derivs, AB=None):
         derivs = sorted(derivs, key=lambda i: (len(i), i))
-        if AB is None:
-            values, self.path_used = network_derivatives(self.net, net_params, x, derivs, self.path)
-            return values
-        need = set()
-        for idx in derivs:
-            need |= _subindices(idx)
-        N, self.path_used = network_derivatives(self.net, net_params, x, need, self.path)
-        return apply_transform(N, AB, derivs)
+        need = set(derivs)
+        if AB is not None:
+            for idx in derivs:
+                need |= _subindices(idx)
+        N, used = network_derivatives(self.net, net_params, x, need, self.path)
+        if used != self.path_used or not getattr(self, "path_reason", ""):
+            self.path_used = used
+            self.path_reason = path_reason(self.net, net_params, need, self.path, used)
+        return N if AB is None else apply_transform(N, AB, derivs)
 
     def terms(self, params, with_residual=False):
         """List of scalar loss terms (unweighted), aligned with ``term_names``."""

@@ -29,6 +29,7 @@ from ..autodiff.tensor import tensor
 from ..autodiff.transforms import vjp
 from . import checkpoint as ckpt
 from . import sampling
+from .conditions import Periodic, PointData
 from .console import Console
 from .problem import Batch, Loss, Problem
 from .result import Progress, Result, errors, reference_grid
@@ -68,8 +69,9 @@ def _check_stages(stages):
 
 def _cast_net(net, dtype):
     """Cast the network's parameters to ``dtype`` in place (solve trains in one dtype)."""
-    for _, p in net.named_parameters():
-        if p.dtype != dtype:
+    leaves, _ = flatten(net.params())
+    for p in leaves:
+        if getattr(p, "dtype", dtype) != dtype:
             p._buf = backend.from_numpy(p.numpy().astype(dtype), dtype)
             p.dtype = dtype
 
@@ -77,14 +79,16 @@ def _cast_net(net, dtype):
 def _point_counts(problem, points):
     conds = problem.conditions
     if isinstance(points, dict):
-        known = {"interior", "boundary"} | {c.name for c in conds} | {c.on for c in conds}
+        known = {"interior", "boundary"} | {c.name for c in conds} | \
+            {c.on for c in conds if isinstance(c.on, str)}
         bad = set(points) - known
         if bad:
             raise ValueError(f"solve(points=...): unknown key(s) {sorted(bad)}; expected "
                              f"'interior', 'boundary' or a condition name {sorted(known)}.")
         n_int = points.get("interior", 4096)
         default_b = points.get("boundary", max(64, n_int // 20))
-        per = [points.get(c.name, points.get(c.on, c.n_points or default_b)) for c in conds]
+        per = [points.get(c.name, points.get(c.on, c.n_points or default_b)
+                          if isinstance(c.on, str) else c.n_points or default_b) for c in conds]
     else:
         n_int = points
         per = [c.n_points or max(64, int(points) // 20) if not isinstance(points, bool) else 0
@@ -110,15 +114,24 @@ def _given_interior(problem, points):
     return x, points
 
 
-def sample_batch(problem, points, rng, method, dtype):
+def sample_batch(problem, points, rng, method, dtype, pde_on_boundary=False):
     """Sample interior and condition points (a :class:`Batch`). ``points`` as in ``solve``;
-    the interior points may also be given as an ``(n, dim)`` array (checked to lie inside)."""
+    the interior points may also be given as an ``(n, dim)`` array (checked to lie inside).
+    ``pde_on_boundary``: the PDE residual also holds on the conditions' boundary and initial
+    points (they join the interior points; DeepXDE's semantics)."""
     given, points = _given_interior(problem, points)
     n_int, per = _point_counts(problem, points)
     n_int, per = dist.local_count(n_int), [dist.local_count(n) for n in per]  # this rank's share (MPI)
     interior = given if given is not None else problem.domain.sample_interior(n_int, rng, method)
     cond_pts = [c.sample(problem.domain, n, rng, method)
                 for c, n in zip(problem.conditions, per) if not c.hard]
+    if pde_on_boundary:
+        extra = [p.x for c, p in zip(problem.soft_conditions, cond_pts)
+                 if c.given is None and not isinstance(c, (PointData, Periodic))]
+        # hard conditions have no points of their own: draw them as DeepXDE would
+        extra += [c.sample(problem.domain, n, rng, method).x
+                  for c, n in zip(problem.conditions, per) if c.hard]
+        interior = np.concatenate([interior] + extra) if extra else interior
     return Batch(problem, interior, cond_pts, dtype)
 
 
@@ -140,7 +153,7 @@ def _blas_threads(n):
 def solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(), checkpoint=None,
           checkpoint_every=1000, resume=True, seed=0, dtype=None, log_every=None,
           verbose: bool = False, progress: bool = True, resample=None, method="lhs",
-          path="auto", loss_transform=None, blas_threads=1):
+          path="auto", loss_transform=None, pde_on_boundary=False, blas_threads=1):
     """Train a PINN: fit ``net`` so that ``problem``'s residual and conditions vanish.
 
     Args:
@@ -183,6 +196,9 @@ def solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(),
             resampling after that (global) step, so the last stage converges on fixed points.
         method: sampler of the collocation points (``'lhs'``, ``'sobol'``, ``'uniform'``,
             ``'grid'``).
+        pde_on_boundary: also apply the PDE residual on the conditions' boundary and initial
+            points (DeepXDE's semantics: its PDE points are ``num_domain`` interior plus the
+            ``num_boundary``/``num_initial`` points); default False: interior points only.
         blas_threads: BLAS threads while training (default 1: numpy's OpenBLAS threads and
             Taichi's otherwise compete for the cores; None leaves numpy's setting).
         path: derivative path, ``'auto'`` (fused when it applies), ``'fused'``, ``'generic'``
@@ -197,7 +213,8 @@ def solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(),
     run = _Run(problem, net, points, stages, weights=weights, callbacks=callbacks,
                checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume, seed=seed,
                dtype=dtype, log_every=log_every, verbose=verbose, progress=progress,
-               resample=resample, method=method, path=path, loss_transform=loss_transform)
+               resample=resample, method=method, path=path, loss_transform=loss_transform,
+               pde_on_boundary=pde_on_boundary)
     with _blas_threads(blas_threads), _deferred_interrupt() as interrupted:
         run.interrupted = interrupted
         return run.train()
@@ -212,7 +229,7 @@ class _Run:
 
     def __init__(self, problem, net, points, stages, *, weights, callbacks, checkpoint,
                  checkpoint_every, resume, seed, dtype, log_every, verbose, progress, resample,
-                 method, path, loss_transform):
+                 method, path, loss_transform, pde_on_boundary):
         from .. import runtime
         if not isinstance(problem, Problem):
             raise TypeError(f"solve: problem must be a sciml.pinn.Problem, got "
@@ -240,7 +257,8 @@ class _Run:
                                    "solve(seed=...)")
         _cast_net(net, dtype)
         _check_net(problem, net, dtype)
-        self.loss = Loss(problem, net, sample_batch(problem, points, self.rng, method, dtype), path)
+        batch = sample_batch(problem, points, self.rng, method, dtype, bool(pde_on_boundary))
+        self.loss = Loss(problem, net, batch, path)
         self.names = self.loss.term_names
         self.weighting.init(self.names, [1.0] + [c.weight for c in problem.soft_conditions])
         from ..models.module import Parameter as ModelParameter
