@@ -24,12 +24,14 @@ def _blocks(lang):
 
 
 def _extras():
+    """The extras declared in pyproject.toml's [project.optional-dependencies]."""
+    text = open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8").read()
     try:
         import tomllib
-    except ImportError:  # Python 3.10
-        tomllib = pytest.importorskip("tomli")
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        return set(tomllib.load(f)["project"]["optional-dependencies"])
+    except ImportError:  # Python 3.10: the table's `name = [` lines
+        section = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+        return set(re.findall(r"^([A-Za-z0-9_-]+)\s*=\s*\[", section, re.M))
+    return set(tomllib.loads(text)["project"]["optional-dependencies"])
 
 
 PY = _blocks("python")
