@@ -67,6 +67,18 @@ def test_plot_leaves_the_backend_and_pyplot_alone(tiny, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["a.pdf"]                     # no temporary file left
 
 
+def test_show_true_goes_through_pyplot(tiny, monkeypatch):
+    """show=True (a notebook, an interactive session): a pyplot figure and pyplot.show()."""
+    import matplotlib.pyplot as plt
+    shown = []
+    monkeypatch.setattr(plt, "show", lambda *a, **k: shown.append(plt.get_fignums()))
+    fig = tiny.plot(show=True)
+    try:
+        assert len(shown) == 1 and fig.number in shown[0]
+    finally:
+        plt.close(fig)
+
+
 def test_plot_labels_axes_colourbars_and_one_legend_entry_per_curve(tiny):
     fig = tiny.plot()
     sol, err, train = _panels(fig)
