@@ -12,7 +12,11 @@ def _result_line(out, name):
     return lines[0]
 
 
-def test_solve_poisson_prints_one_result_line_and_writes_a_plot(tmp_path, capsys):
+def test_solve_poisson_prints_one_result_line_and_writes_a_plot(tmp_path, capsys, monkeypatch):
+    from sciml.pinn import plot
+    drawn = []
+    real = plot.plot_result
+    monkeypatch.setattr(plot, "plot_result", lambda r, *a, **k: drawn.append(r.history) or real(r, *a, **k))
     png = tmp_path / "poisson.png"
     rc = main(["solve", "poisson", "--dtype", "float64", "--steps", "3,2", "--points", "64",
                "--net", "8x2", "--plot", str(png), "--quiet"])
@@ -22,6 +26,8 @@ def test_solve_poisson_prints_one_result_line_and_writes_a_plot(tmp_path, capsys
     assert "max abs error" in line and line.rstrip().endswith("derivatives)")
     assert out.strip().splitlines() == [line]          # --quiet: the result line only
     assert png.stat().st_size > 1000
+    (h,) = drawn                                         # the plot marks the Adam -> L-BFGS switch
+    assert h["stage_step"][-1] == 3 and h["stage_name"][-1] == "L-BFGS"
 
 
 @pytest.mark.parametrize("name", ["burgers", "heat", "wave", "helmholtz"])
