@@ -22,6 +22,7 @@ from .autodiff.fuse import fuse
 from .autodiff.ops.array import (all, any, argmax, argmin, argsort, cross, cumprod, cumsum, diag, diagonal, einsum,
                                  flip, kron, meshgrid, outer, pad, prod, repeat, roll, sort, std, tile, topk, trace)
 from . import linalg, random  # noqa: E402  (sm.linalg.solve, sm.random.normal, ...)
+from .graph import graph
 
 __version__ = "0.1.0"
 float32, float64, int32 = "float32", "float64", "int32"

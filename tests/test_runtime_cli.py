@@ -1,4 +1,9 @@
 """Runtime and the `sciml` command line (in-process: main(argv) with the already-started cpu runtime)."""
+import argparse
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -14,9 +19,14 @@ def test_info_prints_versions_arch_dtype_threads(capsys):
     assert sm.__version__ in out
 
 
-def test_info_reports_a_clear_error_for_a_bad_arch(capsys):
-    assert cli.main(["info", "--arch", "tpu"]) == 2
-    assert "got 'tpu'; expected one of" in capsys.readouterr().err
+def test_info_refuses_a_bad_arch_or_dtype_naming_the_flag(capsys):
+    for argv, flag in ((["info", "--arch", "tpu"], "--arch"), (["info", "--dtype", "float16"], "--dtype"),
+                       (["demo", "--arch", "foo"], "--arch")):
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {flag}: invalid choice" in err and "choose from" in err, err
 
 
 def test_demo_prints_exact_hessian(capsys):
@@ -37,6 +47,37 @@ def test_runtime_state():
     assert sm.init(seed=5) == "cpu"  # same settings: fine, reseeds
 
 
-def test_cli_requires_a_command():
-    with pytest.raises(SystemExit):
-        cli.main([])
+def test_sciml_alone_prints_the_help_and_exits_0(capsys):
+    assert cli.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: sciml") and "info" in out and "solve" in out and "demo" in out
+    assert "bench" not in out and "bench" not in cli.__doc__   # no command that does not exist
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"sciml {sm.__version__}"
+
+
+def test_every_flag_has_help_text():
+    parser = cli.build_parser()
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)][0]
+    assert set(subs.choices) >= {"info", "demo", "solve"}
+    for name, p in [("sciml", parser), *subs.choices.items()]:
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                continue
+            assert action.help and action.help != argparse.SUPPRESS, (name, action.dest)
+
+
+def test_errors_are_one_line_with_status_2_not_a_traceback():
+    """The installed command's path (a fresh interpreter): one line on stderr, exit status 2."""
+    r = subprocess.run([sys.executable, "-m", "sciml.cli", "solve", "poisson", "--plot",
+                        os.path.join("no-such-folder-here", "x.png")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith("sciml solve: error: --plot:") and "does not exist" in lines[0]
