@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..autodiff.ops import matmul, max as _max, mean as _mean, reshape, transpose
 from ..autodiff.ops.conv import bias_act, unfold
 from ..autodiff.tensor import as_tensor
+from . import _check as C
 from . import init as I
 from .module import Module, Parameter
 
@@ -81,24 +82,41 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0):
     return _pool(x, "avg_pool2d", kernel_size, stride, padding, 0.0, _mean)
 
 
+def _init_conv(layer, name, shape, bias, seed, init, dtype, fan_in=None, n_bias=None):
+    """weight (and bias) of a conv layer: PyTorch's U(+-1/sqrt(fan_in)) for init="torch", else init(weight)
+    and zero bias."""
+    from .layers import _bias_init
+    seed = I.resolve_seed(seed, f"{name}(seed)")
+    fi = I.fans(shape)[0] if fan_in is None else fan_in
+    if isinstance(init, str) and init == "torch":
+        layer.weight = Parameter(I.torch_uniform(shape, seed=seed, fan_in=fi, dtype=dtype))
+    else:
+        layer.weight = Parameter(I.get(init)(shape, seed=seed, dtype=dtype))
+    layer.bias = Parameter(_bias_init(init, shape[0] if n_bias is None else n_bias, fi, seed, layer.weight.dtype)) \
+        if C.boolean(name, "bias", bias) else None
+
+
 class Conv2d(Module):
     """2-D convolution layer: (N, in_channels, H, W) -> (N, out_channels, Ho, Wo).
 
     Args:
         in_channels, out_channels, kernel_size: sizes; kernel_size an int or (kh, kw).
         stride, padding: ints or pairs.
-        bias: add a per-channel bias (zeros at init).
-        seed, init: weight initialiser (default He/Kaiming uniform, fan_in = in_channels * kh * kw).
+        bias: add a per-channel bias.
+        seed: initialiser seed (None: drawn from the global generator, see :func:`sciml.manual_seed`).
+        init: ``"torch"`` (default, PyTorch's: weight and bias U(+-1/sqrt(fan_in)), fan_in = in_channels * kh * kw)
+            or another initialiser for the weight (bias zeros), e.g. ``"kaiming_uniform"``.
     """
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True, *, seed=0,
-                 init="kaiming_uniform", dtype=None):
-        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        self.kernel_size = _pair("Conv2d(kernel_size)", kernel_size)
-        self.stride, self.padding = _pair("Conv2d(stride)", stride), _pair("Conv2d(padding)", padding)
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True, *, seed=None,
+                 init="torch", dtype=None):
+        self.in_channels = C.pos_int("Conv2d", "in_channels", in_channels)
+        self.out_channels = C.pos_int("Conv2d", "out_channels", out_channels)
+        self.kernel_size = C.int_tuple("Conv2d", "kernel_size", kernel_size, 2)
+        self.stride = C.int_tuple("Conv2d", "stride", stride, 2)
+        self.padding = C.int_tuple("Conv2d", "padding", padding, 2, 0)
         shape = (self.out_channels, self.in_channels) + self.kernel_size
-        self.weight = Parameter(I.get(init)(shape, seed=seed, dtype=dtype))
-        self.bias = Parameter(I.zeros((self.out_channels,), dtype=self.weight.dtype)) if bias else None
+        _init_conv(self, "Conv2d", shape, bias, seed, init, dtype)
 
     def forward(self, x):
         x = as_tensor(x)
@@ -115,13 +133,14 @@ class Conv2d(Module):
 class Conv1d(Module):
     """1-D convolution layer: (N, in_channels, L) -> (N, out_channels, Lo)."""
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True, *, seed=0,
-                 init="kaiming_uniform", dtype=None):
-        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        self.kernel_size, self.stride, self.padding = int(kernel_size), int(stride), int(padding)
-        self.weight = Parameter(I.get(init)((self.out_channels, self.in_channels, self.kernel_size), seed=seed,
-                                            dtype=dtype))
-        self.bias = Parameter(I.zeros((self.out_channels,), dtype=self.weight.dtype)) if bias else None
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True, *, seed=None,
+                 init="torch", dtype=None):
+        self.in_channels = C.pos_int("Conv1d", "in_channels", in_channels)
+        self.out_channels = C.pos_int("Conv1d", "out_channels", out_channels)
+        self.kernel_size = C.int_tuple("Conv1d", "kernel_size", kernel_size, 1)[0]
+        self.stride = C.int_tuple("Conv1d", "stride", stride, 1)[0]
+        self.padding = C.int_tuple("Conv1d", "padding", padding, 1, 0)[0]
+        _init_conv(self, "Conv1d", (self.out_channels, self.in_channels, self.kernel_size), bias, seed, init, dtype)
 
     def forward(self, x):
         x = as_tensor(x)

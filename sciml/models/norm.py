@@ -8,6 +8,7 @@ from .. import backend
 from ..autodiff.ops import mean, sqrt, take
 from ..autodiff.primitive import no_grad
 from ..autodiff.tensor import Tensor, as_tensor, tensor
+from . import _check as C
 from . import init as I
 from .module import Buffer, Module, Parameter
 
@@ -18,12 +19,16 @@ class _BatchNorm(Module):
     _dims: tuple = ()
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, *, dtype=None):
-        self.num_features, self.eps, self.momentum = int(num_features), float(eps), float(momentum)
-        C = self.num_features
-        self.weight = Parameter(I.ones((C,), dtype=dtype)) if affine else None
-        self.bias = Parameter(I.zeros((C,), dtype=dtype)) if affine else None
-        self.running_mean = Buffer(np.zeros(C), dtype=dtype or None)
-        self.running_var = Buffer(np.ones(C), dtype=dtype or None)
+        name = type(self).__name__
+        self.num_features = C.pos_int(name, "num_features", num_features)
+        self.eps = C.pos_float(name, "eps", eps)
+        self.momentum = C.prob(name, "momentum", momentum, closed_right=True)
+        affine = C.boolean(name, "affine", affine)
+        nC = self.num_features
+        self.weight = Parameter(I.ones((nC,), dtype=dtype)) if affine else None
+        self.bias = Parameter(I.zeros((nC,), dtype=dtype)) if affine else None
+        self.running_mean = Buffer(np.zeros(nC), dtype=dtype or None)
+        self.running_var = Buffer(np.ones(nC), dtype=dtype or None)
 
     def _check(self, x):
         x = as_tensor(x)
@@ -80,9 +85,13 @@ class LayerNorm(Module):
     """(x - mean) / sqrt(var + eps) * weight + bias over the trailing ``normalized_shape`` axes (Ba et al. 2016)."""
 
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, *, dtype=None):
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-        self.normalized_shape, self.eps = shape, float(eps)
-        self.weight = Parameter(I.ones(shape, dtype=dtype)) if elementwise_affine else None
+        if isinstance(normalized_shape, (list, tuple)):
+            shape = C.int_tuple("LayerNorm", "normalized_shape", tuple(normalized_shape), len(normalized_shape))
+        else:
+            shape = (C.pos_int("LayerNorm", "normalized_shape", normalized_shape),)
+        self.normalized_shape, self.eps = shape, C.pos_float("LayerNorm", "eps", eps)
+        self.weight = Parameter(I.ones(shape, dtype=dtype)) if C.boolean("LayerNorm", "elementwise_affine",
+                                                                         elementwise_affine) else None
         self.bias = Parameter(I.zeros(shape, dtype=dtype)) if elementwise_affine else None
 
     def forward(self, x):
@@ -137,18 +146,17 @@ def _set_rng_words(rng, words):
 
 
 class Dropout(Module):
-    """Inverted dropout with its own seeded random stream (``seed``): active in train(), identity in eval().
+    """Inverted dropout with its own seeded random stream (``seed``; None: drawn from the global generator
+    that :func:`sciml.manual_seed` seeds): active in train(), identity in eval().
 
     The stream's position is the buffer ``rng_state`` (19 integers < 2**16), so ``state_dict()``,
     ``save``/``load`` and Trainer checkpoints carry it: a resumed run draws the same masks as an
     uninterrupted one. Loading a state dict into the module moves the stream to the saved position.
     """
 
-    def __init__(self, p=0.5, *, seed=0):
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"Dropout: p={p}; expected a probability in [0, 1).")
-        self.p = float(p)
-        self._rng = np.random.default_rng(seed)
+    def __init__(self, p=0.5, *, seed=None):
+        self.p = C.prob("Dropout", "p", p)
+        self._rng = np.random.default_rng(I.resolve_seed(seed, "Dropout(seed)"))
         self._words = _rng_words(self._rng)
         self.rng_state = Buffer(self._words)
 
@@ -170,11 +178,13 @@ class Dropout(Module):
 
 class Embedding(Module):
     """Rows of a (num_embeddings, embedding_dim) table at integer indices: idx (...) -> (..., embedding_dim).
-    Initialised N(0, 1) as PyTorch."""
+    Initialised N(0, 1) as PyTorch (``init=`` another initialiser name or callable)."""
 
-    def __init__(self, num_embeddings, embedding_dim, *, seed=0, dtype=None):
-        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
-        self.weight = Parameter(I.normal((self.num_embeddings, self.embedding_dim), seed=seed, dtype=dtype))
+    def __init__(self, num_embeddings, embedding_dim, *, seed=None, init="normal", dtype=None):
+        self.num_embeddings = C.pos_int("Embedding", "num_embeddings", num_embeddings)
+        self.embedding_dim = C.pos_int("Embedding", "embedding_dim", embedding_dim)
+        self.weight = Parameter(I.get(init)((self.num_embeddings, self.embedding_dim),
+                                            seed=I.resolve_seed(seed, "Embedding(seed)"), dtype=dtype))
 
     def forward(self, idx):
         a = idx.numpy() if isinstance(idx, Tensor) else np.asarray(idx)
