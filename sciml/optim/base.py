@@ -298,6 +298,9 @@ class Optimizer:
             leaves = [None if f and not _has_nested(grads, n) else _lookup(grads, n, name)
                       for n, f in zip(self._names, frozen)]
             return self._check_grads([None if f else g for g, f in zip(leaves, frozen)])
+        if isinstance(grads, list) and len(grads) == len(self._leaves) and any(g is None for g in grads) and all(
+                g is None or isinstance(g, Tensor) for g in grads):  # flat, aligned, None = no gradient
+            return self._check_grads([None if f else g for g, f in zip(grads, frozen)])
         leaves, td = flatten(grads)
         if td != self._treedef:
             raise ValueError(f"{name}.step(grads): grads has {len(leaves)} leaves in a "
