@@ -6,8 +6,9 @@
 from . import init
 from .module import Buffer, Module, Parameter, ParameterList, load_state
 from .layers import MLP, Flatten, Identity, Linear, Sequential
-from .activations import (GELU, LogSoftmax, ReLU, SiLU, Sigmoid, Sin, Softmax, Softplus, Tanh, gelu, relu, sigmoid,
-                          silu, sin, softplus, tanh)
+from .activations import (ELU, GELU, SELU, Hardtanh, LeakyReLU, LogSoftmax, Mish, ReLU, SiLU, Sigmoid, Sin, Softmax,
+                          Softplus, Softsign, Tanh, elu, gelu, hardtanh, leaky_relu, mish, relu, selu, sigmoid, silu, sin,
+                          softplus, softsign, tanh)
 from . import losses
 from .losses import (accuracy, binary_cross_entropy_with_logits, cross_entropy, huber, l1, mse, nll, one_hot)
 from .conv import AvgPool2d, Conv1d, Conv2d, MaxPool2d, avg_pool2d, conv1d, conv2d, max_pool2d

@@ -80,7 +80,8 @@ def _activation(a):
     if isinstance(a, str):
         from . import activations as A
         table = {"tanh": A.tanh, "relu": A.relu, "sigmoid": A.sigmoid, "gelu": A.gelu, "silu": A.silu,
-                 "swish": A.silu, "sin": A.sin, "softplus": A.softplus}
+                 "swish": A.silu, "sin": A.sin, "softplus": A.softplus, "elu": A.elu, "selu": A.selu,
+                 "leaky_relu": A.leaky_relu, "mish": A.mish, "softsign": A.softsign}
         fn = table.get(a.strip().lower())
         if fn is None:
             raise ValueError(f"MLP(activation={a!r}): unknown activation name; expected one of "
