@@ -12,7 +12,8 @@ from . import _check as C
 from . import init as I
 from .module import Buffer, Module, Parameter
 
-__all__ = ["BatchNorm1d", "BatchNorm2d", "LayerNorm", "Dropout", "Embedding", "dropout"]
+__all__ = ["BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "Dropout",
+           "Embedding", "dropout", "group_norm"]
 
 
 class _BatchNorm(Module):
@@ -109,6 +110,83 @@ class LayerNorm(Module):
 
     def extra_repr(self):
         return f"{self.normalized_shape}, eps={self.eps}"
+
+
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
+    """Normalise x (N, C, ...) over each group of C / num_groups channels and all trailing axes (biased variance,
+    as PyTorch), then scale and shift per channel."""
+    x = as_tensor(x)
+    N, Cc = x.shape[:2]
+    rest = x.shape[2:]
+    g = x.reshape((N, num_groups, -1))
+    d = g - mean(g, 2, keepdims=True)
+    y = (d / sqrt(mean(d * d, 2, keepdims=True) + eps)).reshape(x.shape)
+    if weight is not None:
+        b = (1, Cc) + (1,) * len(rest)
+        y = y * weight.reshape(b) + bias.reshape(b)
+    return y
+
+
+class GroupNorm(Module):
+    """Group normalisation (Wu & He 2018): x (N, C, *) normalised over C / num_groups channels and the trailing
+    axes per sample; ``affine`` adds per-channel weight (ones) and bias (zeros), as PyTorch."""
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, *, dtype=None):
+        self.num_groups = C.pos_int("GroupNorm", "num_groups", num_groups)
+        self.num_channels = C.pos_int("GroupNorm", "num_channels", num_channels)
+        if self.num_channels % self.num_groups:
+            raise ValueError(f"GroupNorm: num_channels={num_channels} is not divisible by num_groups={num_groups}.")
+        self.eps = C.pos_float("GroupNorm", "eps", eps)
+        affine = C.boolean("GroupNorm", "affine", affine)
+        self.weight = Parameter(I.ones((self.num_channels,), dtype=dtype)) if affine else None
+        self.bias = Parameter(I.zeros((self.num_channels,), dtype=dtype)) if affine else None
+
+    def forward(self, x):
+        x = as_tensor(x)
+        if x.ndim < 2 or x.shape[1] != self.num_channels:
+            raise ValueError(f"GroupNorm(num_channels={self.num_channels}): x has shape {x.shape}; expected "
+                             f"(N, {self.num_channels}, ...).")
+        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}"
+
+
+class _InstanceNorm(Module):
+    _nd = 1
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False, *, dtype=None):
+        name = type(self).__name__
+        self.num_features = C.pos_int(name, "num_features", num_features)
+        self.eps = C.pos_float(name, "eps", eps)
+        self.momentum = C.prob(name, "momentum", momentum, closed_right=True)
+        if C.boolean(name, "track_running_stats", track_running_stats):
+            raise NotImplementedError(f"{name}: track_running_stats=True is not supported; instance statistics are "
+                                      "used in training and evaluation (PyTorch's default).")
+        affine = C.boolean(name, "affine", affine)
+        self.weight = Parameter(I.ones((self.num_features,), dtype=dtype)) if affine else None
+        self.bias = Parameter(I.zeros((self.num_features,), dtype=dtype)) if affine else None
+
+    def forward(self, x):
+        x = as_tensor(x)
+        if x.ndim != self._nd + 2 or x.shape[1] != self.num_features:
+            dims = "L" if self._nd == 1 else "H, W"
+            raise ValueError(f"{type(self).__name__}(num_features={self.num_features}): x has shape {x.shape}; "
+                             f"expected (N, {self.num_features}, {dims}).")
+        return group_norm(x, self.num_features, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_features}, eps={self.eps}, affine={self.weight is not None}"
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance normalisation (Ulyanov et al. 2016) of (N, C, L): each sample's channel over L."""
+    _nd = 1
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance normalisation of images (N, C, H, W): each sample's channel over H, W."""
+    _nd = 2
 
 
 def dropout(x, p, rng, training=True):
