@@ -17,3 +17,5 @@ from .conv import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, C
                    max_pool1d, max_pool2d)
 from .norm import (BatchNorm1d, BatchNorm2d, Dropout, Embedding, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm,
                    dropout, group_norm)
+from .recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from .attention import MultiheadAttention, TransformerEncoderLayer, scaled_dot_product_attention
