@@ -23,6 +23,7 @@ from .autodiff.ops.array import (all, any, argmax, argmin, argsort, cross, cumpr
                                  flip, kron, meshgrid, outer, pad, prod, repeat, roll, sort, std, tile, topk, trace)
 from . import linalg, random  # noqa: E402  (sm.linalg.solve, sm.random.normal, ...)
 from .graph import graph
+from .serialization import load, save
 
 __version__ = "0.1.0"
 float32, float64, int32 = "float32", "float64", "int32"

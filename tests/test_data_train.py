@@ -1,4 +1,6 @@
 """DataLoader (batching, seeded shuffling, drop_last) and Trainer (fit, metrics, checkpoint/resume, NaN)."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -129,3 +131,151 @@ def test_nan_loss_raises_with_step():
     Yr[25:] = np.nan
     with pytest.raises(FloatingPointError, match="the loss is nan at step 2 "):
         tr.fit(DataLoader(X, Yr, batch_size=10), epochs=1)
+
+
+# --- callbacks, metrics, progress (issue 16) ------------------------------------------------------
+import io
+import logging
+import os
+
+from sciml.train import BestCheckpoint, Callback, EarlyStopping, LogMetrics, LROnPlateau
+
+
+class _Record(Callback):
+    def __init__(self):
+        self.events = []
+
+    def on_train_begin(self, tr):
+        self.events.append("begin")
+
+    def on_epoch_begin(self, tr, epoch):
+        self.events.append(f"e{epoch}")
+
+    def on_batch_end(self, tr, step, loss):
+        self.events.append(step)
+
+    def on_epoch_end(self, tr, epoch, logs):
+        self.events.append(sorted(logs))
+
+    def on_train_end(self, tr):
+        self.events.append("end")
+
+
+def test_callback_hooks_and_epoch_logs():
+    rec = _Record()
+    tr = _trainer(callbacks=[rec])
+    h = tr.fit(DataLoader(X, Y, batch_size=25), epochs=2, val=(X, Y))
+    keys = ["loss", "lr", "val_accuracy", "val_loss"]
+    assert rec.events == ["begin", "e1", 1, 2, keys, "e2", 3, 4, keys, "end"]
+    assert h["epochs"][1]["val_accuracy"] == h["val"][1]["accuracy"]
+    assert h["epochs"][0]["loss"] == pytest.approx(np.mean(h["loss"][:2]))
+    with pytest.raises(TypeError, match="expected a sciml.train.Callback"):
+        _trainer(callbacks=[print])
+
+
+def test_early_stopping_and_restore_best():
+    net = MLP([3, 8, 2], activation=sm.relu, seed=0)
+    es = EarlyStopping(monitor="loss", patience=1, restore_best=True)
+    tr = Trainer(net, cross_entropy, Adam(net.parameters(), lr=0.0), callbacks=[es], progress=False)
+    tr.fit(DataLoader(X, Y, batch_size=25), epochs=10)     # lr 0: the loss never improves after epoch 1
+    assert tr.epoch == 3 and es.stopped_epoch == 3
+    with pytest.raises(KeyError, match="val_loss"):
+        Trainer(net, cross_entropy, Adam(net.parameters()), callbacks=[EarlyStopping()], progress=False).fit(
+            DataLoader(X, Y, batch_size=25), epochs=1)
+
+
+def test_best_checkpoint_and_lr_on_plateau(tmp_path):
+    best = BestCheckpoint(tmp_path / "best.npz", monitor="val_accuracy")
+    plateau = LROnPlateau(monitor="loss", factor=0.5, patience=0)
+    tr = _trainer(callbacks=[best, plateau])
+    tr.fit(DataLoader(X, Y, batch_size=10, shuffle=True), epochs=4, val=(X, Y))
+    assert best.best_epoch is not None and os.listdir(tmp_path) == ["best.npz"]
+    saved = sm.load(tmp_path / "best.npz")
+    assert set(saved) == set(tr.model.state_dict())
+    lrs = [e["lr"] for e in tr.history["epochs"]]
+    assert all(b <= a for a, b in zip(lrs, lrs[1:]))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        BestCheckpoint(tmp_path / "nope" / "b.npz")
+    with pytest.raises(FileNotFoundError, match="does not exist"):          # checked before any training
+        _trainer(checkpoint=tmp_path / "nope" / "ck.npz", every=1) if False else Trainer(
+            MLP([3, 2], seed=0), cross_entropy, Adam(), checkpoint=tmp_path / "nope" / "ck.npz", checkpoint_every=1)
+
+
+def test_checkpoint_write_is_atomic_and_load_errors(tmp_path):
+    tr = _trainer(tmp_path, every=2)
+    tr.fit(DataLoader(X, Y, batch_size=10), epochs=1)
+    assert sorted(os.listdir(tmp_path)) == ["ck.npz"]
+    (tmp_path / "bad.npz").write_bytes(b"junk")
+    with pytest.raises(ValueError, match="bad.npz.*cannot read"):
+        _trainer().load_checkpoint(tmp_path / "bad.npz")
+    np.savez(tmp_path / "other.npz", a=np.ones(1))
+    with pytest.raises(ValueError, match="'opt_step' is missing"):
+        _trainer().load_checkpoint(tmp_path / "other.npz")
+
+
+def test_frozen_parameters_stay_frozen_in_fit():
+    tr = _trainer()
+    w = tr.model.layers[0].weight
+    w.requires_grad_(False)
+    w0 = w.numpy()
+    tr.fit(DataLoader(X, Y, batch_size=10), epochs=1)
+    np.testing.assert_array_equal(w.numpy(), w0)
+    assert not np.allclose(tr.model.layers[0].bias.numpy(), 0)
+
+
+def test_progress_to_a_log_file_has_no_carriage_returns(capsys, caplog):
+    tr = _trainer(progress=True) if False else Trainer(MLP([3, 8, 2], seed=0), cross_entropy,
+                                                       Adam(lr=0.05), progress=True)
+    with caplog.at_level(logging.INFO, logger="sciml"):
+        tr.fit(DataLoader(X, Y, batch_size=10), epochs=2, val=(X, Y))
+    out = capsys.readouterr()
+    assert "\r" not in out.out and "\r" not in out.err
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch")]
+    assert len(lines) == 2 and lines[0].startswith("epoch 1/2  loss ") and "val_loss" in lines[0]
+    assert "samples/s" in lines[0] and lines[0].count("loss ") == 2      # loss and val_loss, nothing repeated
+
+
+class _TTY(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _render(text):
+    """What a terminal shows: '\\r' returns to column 0 and later characters overwrite; ANSI escapes dropped."""
+    import re
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)
+    shown = []
+    for line in text.split("\n"):
+        buf = []
+        col = 0
+        for ch in line:
+            if ch == "\r":
+                col = 0
+                continue
+            if col < len(buf):
+                buf[col] = ch
+            else:
+                buf.append(ch)
+            col += 1
+        shown.append("".join(buf).rstrip())
+    return [s for s in shown if s]
+
+
+def test_terminal_bar_renders_cleanly(monkeypatch, caplog):
+    tty = _TTY()
+    monkeypatch.setattr(sys, "stderr", tty)
+    tr = Trainer(MLP([3, 8, 2], seed=0), cross_entropy, Adam(lr=0.05), progress=True, log_every=1)
+    handler = logging.StreamHandler(tty)
+    logging.getLogger("sciml").addHandler(handler)
+    caplog.set_level(logging.INFO, logger="sciml")
+    try:
+        tr.fit(DataLoader(X, Y, batch_size=10), epochs=2)
+    finally:
+        logging.getLogger("sciml").removeHandler(handler)
+    raw = tty.getvalue()
+    assert "epoch 1/2" in raw and "samples/s" in raw and "<" in raw      # the bar was drawn, with elapsed<ETA
+    shown = _render(raw)
+    epoch_lines = [s for s in shown if s.startswith("epoch")]
+    # the bar is cleared when an epoch ends: what stays on screen is one clean line per epoch
+    assert len(epoch_lines) >= 2 and all(s.count("samples/s") == 1 and "%|" not in s for s in epoch_lines)
+    assert all(s.startswith("epoch 1/2  loss ") or s.startswith("epoch 2/2  loss ") for s in epoch_lines)

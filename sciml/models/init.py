@@ -1,5 +1,13 @@
 """Parameter initialisers with explicit seeds (numpy PCG64 streams: same values on every arch).
 
+Layers initialise as PyTorch's do unless told otherwise (``init=`` on each layer): Linear and
+Conv* weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (``"torch"``), Embedding N(0, 1),
+norms ones / zeros. :class:`sciml.models.MLP` keeps DeepXDE's convention (Glorot-uniform weights,
+zero biases) by default. A layer built without ``seed=`` draws a fresh seed from the global
+generator that :func:`sciml.manual_seed` seeds (:func:`next_seed`), so two same-shaped layers get
+different weights and a script is reproducible after ``sm.manual_seed(s)``; an explicit ``seed=``
+gives the same values as always.
+
 Fan convention: a 2-D weight is stored ``(in_features, out_features)`` (``y = x @ W + b``), so
 fan_in = shape[0], fan_out = shape[1]; a conv weight ``(out_channels, in_channels, *kernel)``
 has fan_in = in_channels * prod(kernel), fan_out = out_channels * prod(kernel).
@@ -14,7 +22,7 @@ import numpy as np
 
 from ..autodiff.tensor import tensor
 
-__all__ = ["split_seed", "fans", "zeros", "ones", "constant", "normal", "uniform", "xavier_uniform",
+__all__ = ["split_seed", "next_seed", "resolve_seed", "torch_uniform", "fans", "zeros", "ones", "constant", "normal", "uniform", "xavier_uniform",
            "xavier_normal", "glorot_uniform", "glorot_normal", "kaiming_uniform", "kaiming_normal",
            "he_uniform", "he_normal", "get"]
 
@@ -22,6 +30,22 @@ __all__ = ["split_seed", "fans", "zeros", "ones", "constant", "normal", "uniform
 def split_seed(seed, n: int):
     """``n`` independent integer seeds derived from ``seed`` (numpy SeedSequence)."""
     return [int(s) for s in np.random.SeedSequence(int(seed)).generate_state(n)]
+
+
+def next_seed() -> int:
+    """A fresh seed drawn from sciml's global generator (reseeded by :func:`sciml.manual_seed`)."""
+    from .. import runtime
+    return int(runtime.default_rng().integers(0, 2 ** 63 - 1))
+
+
+def resolve_seed(seed, where="seed"):
+    """``seed`` checked as a non-negative integer, or a fresh one from :func:`next_seed` if None."""
+    if seed is None:
+        return next_seed()
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise TypeError(f"{where}: got {seed!r}; expected a non-negative integer or None (draw from the global "
+                        "generator that sciml.manual_seed seeds).")
+    return int(seed)
 
 
 def fans(shape):
@@ -88,13 +112,21 @@ def kaiming_normal(shape, *, seed=0, gain=math.sqrt(2.0), mode="fan_in", dtype=N
     return normal(shape, seed=seed, std=gain / math.sqrt(fi if mode == "fan_in" else fo), dtype=dtype)
 
 
+def torch_uniform(shape, *, seed=0, fan_in=None, dtype=None):
+    """PyTorch's default for Linear / Conv weights and biases: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    (``kaiming_uniform(a=sqrt(5))``); ``fan_in`` defaults to the weight convention of :func:`fans`."""
+    fi = fans(shape)[0] if fan_in is None else int(fan_in)
+    b = 1.0 / math.sqrt(max(fi, 1))
+    return uniform(shape, seed=seed, low=-b, high=b, dtype=dtype)
+
+
 glorot_uniform, glorot_normal = xavier_uniform, xavier_normal
 he_uniform, he_normal = kaiming_uniform, kaiming_normal
 
 _BY_NAME = {"zeros": zeros, "ones": ones, "normal": normal, "uniform": uniform, "xavier_uniform": xavier_uniform,
             "xavier_normal": xavier_normal, "glorot_uniform": xavier_uniform, "glorot_normal": xavier_normal,
             "kaiming_uniform": kaiming_uniform, "kaiming_normal": kaiming_normal, "he_uniform": kaiming_uniform,
-            "he_normal": kaiming_normal}
+            "he_normal": kaiming_normal, "torch": torch_uniform}
 
 
 def get(init):

@@ -1,9 +1,12 @@
 """Dense layers and containers: Linear, MLP, Sequential, Flatten, Identity."""
 from __future__ import annotations
 
+import numbers
+
 from ..autodiff.ops import matmul, relu, reshape, sigmoid, tanh
 from ..autodiff.ops.conv import bias_act
 from ..autodiff.tensor import Tensor, as_tensor
+from . import _check as C
 from . import init as I
 from .module import Module, Parameter
 
@@ -14,10 +17,13 @@ class Linear(Module):
     """y = x @ W + b, with W stored (in_features, out_features) and b (out_features,).
 
     Args:
-        in_features, out_features: sizes of the last axis of x and y.
-        bias: add a bias (initialised to zeros).
-        seed: seed of the weight initialiser.
-        init: initialiser name or callable ``f(shape, *, seed, dtype)`` (default Glorot uniform).
+        in_features, out_features: sizes of the last axis of x and y (positive integers).
+        bias: add a bias.
+        seed: seed of the initialisers (None: a fresh seed from the global generator that
+            :func:`sciml.manual_seed` seeds).
+        init: ``"torch"`` (default, PyTorch's: weight and bias U(-1/sqrt(in_features), 1/sqrt(in_features))),
+            or another initialiser name / callable ``f(shape, *, seed, dtype)`` for the weight (the bias is
+            then zeros), e.g. ``"xavier_uniform"`` (Glorot; DeepXDE's default).
         dtype: parameter dtype (default: sciml's default float dtype).
     Shapes:
         x (..., in_features) -> y (..., out_features).
@@ -26,10 +32,13 @@ class Linear(Module):
         (4, 2)
     """
 
-    def __init__(self, in_features, out_features, bias=True, *, seed=0, init="xavier_uniform", dtype=None):
-        self.in_features, self.out_features = int(in_features), int(out_features)
+    def __init__(self, in_features, out_features, bias=True, *, seed=None, init="torch", dtype=None):
+        self.in_features = C.pos_int("Linear", "in_features", in_features)
+        self.out_features = C.pos_int("Linear", "out_features", out_features)
+        seed = I.resolve_seed(seed, "Linear(seed)")
         self.weight = Parameter(I.get(init)((self.in_features, self.out_features), seed=seed, dtype=dtype))
-        self.bias = Parameter(I.zeros((self.out_features,), dtype=self.weight.dtype)) if bias else None
+        self.bias = Parameter(_bias_init(init, self.out_features, self.in_features, seed, self.weight.dtype)) \
+            if C.boolean("Linear", "bias", bias) else None
 
     def forward(self, x):
         x = self._check(x)
@@ -45,6 +54,13 @@ class Linear(Module):
 
     def extra_repr(self):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def _bias_init(init, n, fan_in, seed, dtype):
+    """A layer's bias: U(+-1/sqrt(fan_in)) with PyTorch's init (seeded apart from the weight), else zeros."""
+    if isinstance(init, str) and init == "torch":
+        return I.torch_uniform((n,), seed=I.split_seed(seed, 2)[1], fan_in=fan_in, dtype=dtype)
+    return I.zeros((n,), dtype=dtype)
 
 
 def _dense(x, W, b, act):
@@ -64,7 +80,8 @@ def _activation(a):
     if isinstance(a, str):
         from . import activations as A
         table = {"tanh": A.tanh, "relu": A.relu, "sigmoid": A.sigmoid, "gelu": A.gelu, "silu": A.silu,
-                 "swish": A.silu, "sin": A.sin, "softplus": A.softplus}
+                 "swish": A.silu, "sin": A.sin, "softplus": A.softplus, "elu": A.elu, "selu": A.selu,
+                 "leaky_relu": A.leaky_relu, "mish": A.mish, "softsign": A.softsign}
         fn = table.get(a.strip().lower())
         if fn is None:
             raise ValueError(f"MLP(activation={a!r}): unknown activation name; expected one of "
@@ -86,16 +103,24 @@ class MLP(Module):
         sizes: layer widths, e.g. [2, 32, 32, 1].
         activation: a function Tensor -> Tensor (default ``sciml.tanh``) or its name, as in
             DeepXDE: "tanh", "relu", "sigmoid", "gelu", "silu" ("swish"), "sin", "softplus".
-        seed: seeds of the layers are derived from it (``init.split_seed``).
-        init: weight initialiser of every layer.
+        seed: seeds of the layers are derived from it (``init.split_seed``); None draws one from the
+            global generator (:func:`sciml.manual_seed`).
+        init: weight initialiser of every layer. The default ``"xavier_uniform"`` (Glorot weights, zero
+            biases) is DeepXDE's FNN convention, on which the PINN recipes are tuned; ``init="torch"`` gives
+            PyTorch's ``nn.Linear`` default (weights and biases U(+-1/sqrt(fan_in))).
     """
 
-    def __init__(self, sizes, activation=tanh, *, seed=0, init="xavier_uniform", dtype=None):
+    def __init__(self, sizes, activation=tanh, *, seed=None, init="xavier_uniform", dtype=None):
+        if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+            raise TypeError(f"MLP(sizes): got {sizes!r}; expected a list of layer widths, e.g. [2, 32, 1].")
+        sizes = list(sizes)
+        if len(sizes) < 2 or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s <= 0
+                                 for s in sizes):
+            raise ValueError(f"MLP(sizes): got {sizes}; expected at least two positive integer widths, e.g. "
+                             "[2, 32, 1].")
         sizes = [int(s) for s in sizes]
-        if len(sizes) < 2 or any(s <= 0 for s in sizes):
-            raise ValueError(f"MLP(sizes): got {sizes}; expected at least two positive widths, e.g. [2, 32, 1].")
         self.sizes = sizes
-        seeds = I.split_seed(seed, len(sizes) - 1)
+        seeds = I.split_seed(I.resolve_seed(seed, "MLP(seed)"), len(sizes) - 1)
         self.layers = [Linear(a, b, seed=s, init=init, dtype=dtype) for a, b, s in zip(sizes, sizes[1:], seeds)]
         self.activation = _activation(activation)
 

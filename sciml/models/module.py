@@ -18,11 +18,14 @@ Parameters (no copy); ``state_dict()`` returns numpy copies.
 from __future__ import annotations
 
 import os
+import weakref
 from collections import OrderedDict
 
 import numpy as np
 
 from .. import backend
+from ..autodiff import primitive as P
+from ..autodiff.primitive import leaf_node
 from ..autodiff.tensor import Tensor, tensor
 
 __all__ = ["Parameter", "Buffer", "Module"]
@@ -31,19 +34,65 @@ __all__ = ["Parameter", "Buffer", "Module"]
 class Parameter(Tensor):
     """A trainable Tensor that optimizers update in place.
 
+    A Parameter requires gradients from birth (as in PyTorch): ``net(x)`` records the tape through
+    the module's trainable Parameters, so ``loss.backward()`` fills each ``p.grad`` without a
+    ``requires_grad_()`` call (a bare Parameter used outside any Module records directly).
+    ``p.requires_grad_(False)`` freezes it on every path: ``backward()`` leaves its ``.grad`` None,
+    :meth:`Module.params` omits it (so ``sm.grad(loss)(net.params())`` has no entry for it and
+    :meth:`Module.apply` uses its current value as a constant), and optimizers skip it.
+    ``requires_grad_(True)`` unfreezes it.
+
+    How: a Parameter held by a Module carries no tape node itself (so ``sm.jit`` and the transforms
+    see a plain constant input, and traced functions of ``net.params()`` replay); ``Module.__call__``
+    and ``Module.apply`` (outside transforms, with gradients enabled) substitute each trainable
+    Parameter with an alias sharing its buffer and a persistent leaf node whose gradient
+    ``backward()`` accumulates into the Parameter's ``.grad``.
+
     Args:
         data: a Tensor or array-like; its values are copied into a new buffer owned by the Parameter.
         dtype: float dtype (default: the data's, or sciml's default float dtype).
+        requires_grad: start trainable (default True).
     """
-    __slots__ = ()
+    __slots__ = ("_trainable", "_leaf", "_owned")
 
-    def __init__(self, data, dtype=None):
+    def __init__(self, data, dtype=None, requires_grad=True):
         src = data if isinstance(data, Tensor) and (dtype is None or data.dtype == dtype) else tensor(data, dtype)
         if src.dtype not in ("float32", "float64"):
             raise TypeError(f"Parameter(data): got dtype {src.dtype}; expected float32 or float64.")
         self._buf = backend.from_numpy(src.numpy(), src.dtype)
         self.shape, self.dtype = src.shape, src.dtype
         self._node, self._tangents, self.grad = None, None, None
+        self._trainable, self._leaf, self._owned = False, None, False
+        if requires_grad:
+            self.requires_grad_(True)
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._trainable
+
+    def requires_grad_(self, flag: bool = True):
+        """Make the Parameter trainable (True, the default state) or frozen (False). Returns self."""
+        if flag:
+            self._trainable = True
+            if self._leaf is None:
+                self._leaf = leaf_node(self)
+                _register_grad_sink(self)
+            if not self._owned:
+                self._node = self._leaf
+        else:
+            self._trainable = False
+            self._node = None
+            self.grad = None
+        return self
+
+    def _own(self):
+        """Called when a Module finds this Parameter: from now on the tape goes through aliases."""
+        self._owned = True
+        self._node = None
+
+    def _alias(self):
+        """A Tensor sharing this Parameter's buffer, on the tape as its persistent leaf."""
+        return Tensor._make(self._buf, self.shape, self.dtype, self._leaf)
 
     def _assign(self, value):
         """Overwrite the values in place with ``value`` (Tensor or array of the same shape)."""
@@ -61,9 +110,45 @@ class Parameter(Tensor):
         return "Parameter" + Tensor.__repr__(self)[len("Tensor"):]
 
 
+class _GradSink:
+    """Receives ``.grad`` for a Parameter from ``Tensor.backward`` while holding it only weakly
+    (the tape's owner table would otherwise keep every Parameter alive forever)."""
+    __slots__ = ("ref",)
+
+    def __init__(self, p):
+        self.ref = weakref.ref(p)
+
+    @property
+    def grad(self):
+        p = self.ref()
+        return None if p is None else p.grad
+
+    @grad.setter
+    def grad(self, g):
+        p = self.ref()
+        if p is not None and p._trainable:  # frozen meanwhile: stays without a gradient
+            p.grad = g
+
+
+def _register_grad_sink(p):
+    from ..autodiff.tensor import _LEAF_OWNERS
+    key = id(p._leaf)
+    _LEAF_OWNERS[key] = _GradSink(p)
+    weakref.finalize(p._leaf, _LEAF_OWNERS.pop, key, None)
+
+
+def _taping():
+    """Whether a module call should record the tape through its Parameters: gradients enabled, outside
+    the transforms (which differentiate their own inputs) and outside an ``sm.jit`` trace."""
+    return P.is_grad_enabled() and P.reverse_depth() == 0 and backend.TRACE[0] is None
+
+
 class Buffer(Parameter):
     """Non-trainable module state saved in ``state_dict`` (e.g. BatchNorm running statistics)."""
     __slots__ = ()
+
+    def __init__(self, data, dtype=None, requires_grad=False):
+        super().__init__(data, dtype, requires_grad=False)
 
     def __repr__(self):
         return "Buffer" + Tensor.__repr__(self)[len("Tensor"):]
@@ -87,6 +172,8 @@ def _walk(obj, prefix, out_params, out_buffers, out_modules, seen):
     if isinstance(obj, Buffer):
         out_buffers.append((prefix, obj))
     elif isinstance(obj, Parameter):
+        if not obj._owned:
+            obj._own()
         out_params.append((prefix, obj))
     elif isinstance(obj, Module):
         if id(obj) in seen:
@@ -114,6 +201,15 @@ def _set_nested(tree, dotted, value):
     tree[keys[-1]] = value
 
 
+def _has_nested(tree, dotted):
+    node = tree
+    for k in dotted.split("."):
+        if not isinstance(node, dict) or k not in node:
+            return False
+        node = node[k]
+    return True
+
+
 def _get_nested(tree, dotted, where):
     node = tree
     for k in dotted.split("."):
@@ -135,6 +231,11 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__}.forward is not defined.")
 
     def __call__(self, *inputs, **kw):
+        if _taping():
+            subs = _aliases(self._collect()[0])
+            if subs:
+                with _substituted(self, subs):
+                    return self.forward(*inputs, **kw)
         return self.forward(*inputs, **kw)
 
     # --- discovery ----------------------------------------------------------------------
@@ -175,14 +276,26 @@ class Module:
         return [m for k, v in self.__dict__.items() if not k.startswith("_") for _, m in _module_items(k, v)]
 
     def params(self):
-        """The parameters as a nested dict pytree {name: {...: Parameter}} (live Parameters, no copy).
-
-        ``grad(loss)(model.params())`` returns gradients with the same structure.
+        """The trainable parameters as a nested dict pytree {name: {...: Parameter}} (live Parameters,
+        no copy). Frozen parameters (``requires_grad_(False)``) are left out, so
+        ``grad(loss)(model.params())`` returns gradients with the same structure and none for them.
         """
         tree = {}
         for n, p in self.named_parameters():
-            _set_nested(tree, n, p)
+            if p.requires_grad:
+                _set_nested(tree, n, p)
         return tree
+
+    def requires_grad_(self, flag: bool = True):
+        """Unfreeze (True) or freeze (False) every parameter of the module. Returns self."""
+        for p in self.parameters():
+            p.requires_grad_(flag)
+        return self
+
+    def zero_grad(self):
+        """Clear ``.grad`` of every parameter (PyTorch style)."""
+        for p in self.parameters():
+            p.grad = None
 
     def num_parameters(self) -> int:
         return sum(p.size for p in self.parameters())
@@ -204,12 +317,15 @@ class Module:
         named = self.named_parameters()
         subs = []
         for n, p in named:
+            if not p.requires_grad and not _has_nested(params, n):
+                continue  # frozen: left out of params(); the module's own value is used as a constant
             v = _get_nested(params, n, "apply")
             if not isinstance(v, Tensor):
                 raise TypeError(f"apply: params[{n!r}] is a {type(v).__name__}; expected a Tensor.")
             if v.shape != p.shape:
                 raise ValueError(f"apply: params[{n!r}] has shape {v.shape}; expected {p.shape}.")
-            subs.append((n, v))
+            subs.append((n, v._alias() if isinstance(v, Parameter) and v._trainable and v._owned and _taping()
+                         else v))
         with _substituted(self, subs):
             return self.forward(*inputs, **kw)
 
@@ -325,6 +441,18 @@ class Module:
         if not lines:
             return head + (f"  # {_count(own)} params" if own else "")
         return f"{type(self).__name__}({self.extra_repr()}\n" + "\n".join(lines) + f"\n)  # {_count(total)} params"
+
+
+def _aliases(named):
+    """[(dotted name, alias)] for every occurrence of a trainable Parameter (a shared one gets one alias)."""
+    out, made = [], {}
+    for n, p in named:
+        if p._trainable:
+            a = made.get(id(p))
+            if a is None:
+                a = made[id(p)] = p._alias()
+            out.append((n, a))
+    return out
 
 
 def _count(n):

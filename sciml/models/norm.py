@@ -8,22 +8,28 @@ from .. import backend
 from ..autodiff.ops import mean, sqrt, take
 from ..autodiff.primitive import no_grad
 from ..autodiff.tensor import Tensor, as_tensor, tensor
+from . import _check as C
 from . import init as I
 from .module import Buffer, Module, Parameter
 
-__all__ = ["BatchNorm1d", "BatchNorm2d", "LayerNorm", "Dropout", "Embedding", "dropout"]
+__all__ = ["BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "Dropout",
+           "Embedding", "dropout", "group_norm"]
 
 
 class _BatchNorm(Module):
     _dims: tuple = ()
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, *, dtype=None):
-        self.num_features, self.eps, self.momentum = int(num_features), float(eps), float(momentum)
-        C = self.num_features
-        self.weight = Parameter(I.ones((C,), dtype=dtype)) if affine else None
-        self.bias = Parameter(I.zeros((C,), dtype=dtype)) if affine else None
-        self.running_mean = Buffer(np.zeros(C), dtype=dtype or None)
-        self.running_var = Buffer(np.ones(C), dtype=dtype or None)
+        name = type(self).__name__
+        self.num_features = C.pos_int(name, "num_features", num_features)
+        self.eps = C.pos_float(name, "eps", eps)
+        self.momentum = C.prob(name, "momentum", momentum, closed_right=True)
+        affine = C.boolean(name, "affine", affine)
+        nC = self.num_features
+        self.weight = Parameter(I.ones((nC,), dtype=dtype)) if affine else None
+        self.bias = Parameter(I.zeros((nC,), dtype=dtype)) if affine else None
+        self.running_mean = Buffer(np.zeros(nC), dtype=dtype or None)
+        self.running_var = Buffer(np.ones(nC), dtype=dtype or None)
 
     def _check(self, x):
         x = as_tensor(x)
@@ -80,9 +86,13 @@ class LayerNorm(Module):
     """(x - mean) / sqrt(var + eps) * weight + bias over the trailing ``normalized_shape`` axes (Ba et al. 2016)."""
 
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, *, dtype=None):
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-        self.normalized_shape, self.eps = shape, float(eps)
-        self.weight = Parameter(I.ones(shape, dtype=dtype)) if elementwise_affine else None
+        if isinstance(normalized_shape, (list, tuple)):
+            shape = C.int_tuple("LayerNorm", "normalized_shape", tuple(normalized_shape), len(normalized_shape))
+        else:
+            shape = (C.pos_int("LayerNorm", "normalized_shape", normalized_shape),)
+        self.normalized_shape, self.eps = shape, C.pos_float("LayerNorm", "eps", eps)
+        self.weight = Parameter(I.ones(shape, dtype=dtype)) if C.boolean("LayerNorm", "elementwise_affine",
+                                                                         elementwise_affine) else None
         self.bias = Parameter(I.zeros(shape, dtype=dtype)) if elementwise_affine else None
 
     def forward(self, x):
@@ -100,6 +110,83 @@ class LayerNorm(Module):
 
     def extra_repr(self):
         return f"{self.normalized_shape}, eps={self.eps}"
+
+
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
+    """Normalise x (N, C, ...) over each group of C / num_groups channels and all trailing axes (biased variance,
+    as PyTorch), then scale and shift per channel."""
+    x = as_tensor(x)
+    N, Cc = x.shape[:2]
+    rest = x.shape[2:]
+    g = x.reshape((N, num_groups, -1))
+    d = g - mean(g, 2, keepdims=True)
+    y = (d / sqrt(mean(d * d, 2, keepdims=True) + eps)).reshape(x.shape)
+    if weight is not None:
+        b = (1, Cc) + (1,) * len(rest)
+        y = y * weight.reshape(b) + bias.reshape(b)
+    return y
+
+
+class GroupNorm(Module):
+    """Group normalisation (Wu & He 2018): x (N, C, *) normalised over C / num_groups channels and the trailing
+    axes per sample; ``affine`` adds per-channel weight (ones) and bias (zeros), as PyTorch."""
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, *, dtype=None):
+        self.num_groups = C.pos_int("GroupNorm", "num_groups", num_groups)
+        self.num_channels = C.pos_int("GroupNorm", "num_channels", num_channels)
+        if self.num_channels % self.num_groups:
+            raise ValueError(f"GroupNorm: num_channels={num_channels} is not divisible by num_groups={num_groups}.")
+        self.eps = C.pos_float("GroupNorm", "eps", eps)
+        affine = C.boolean("GroupNorm", "affine", affine)
+        self.weight = Parameter(I.ones((self.num_channels,), dtype=dtype)) if affine else None
+        self.bias = Parameter(I.zeros((self.num_channels,), dtype=dtype)) if affine else None
+
+    def forward(self, x):
+        x = as_tensor(x)
+        if x.ndim < 2 or x.shape[1] != self.num_channels:
+            raise ValueError(f"GroupNorm(num_channels={self.num_channels}): x has shape {x.shape}; expected "
+                             f"(N, {self.num_channels}, ...).")
+        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}"
+
+
+class _InstanceNorm(Module):
+    _nd = 1
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False, *, dtype=None):
+        name = type(self).__name__
+        self.num_features = C.pos_int(name, "num_features", num_features)
+        self.eps = C.pos_float(name, "eps", eps)
+        self.momentum = C.prob(name, "momentum", momentum, closed_right=True)
+        if C.boolean(name, "track_running_stats", track_running_stats):
+            raise NotImplementedError(f"{name}: track_running_stats=True is not supported; instance statistics are "
+                                      "used in training and evaluation (PyTorch's default).")
+        affine = C.boolean(name, "affine", affine)
+        self.weight = Parameter(I.ones((self.num_features,), dtype=dtype)) if affine else None
+        self.bias = Parameter(I.zeros((self.num_features,), dtype=dtype)) if affine else None
+
+    def forward(self, x):
+        x = as_tensor(x)
+        if x.ndim != self._nd + 2 or x.shape[1] != self.num_features:
+            dims = "L" if self._nd == 1 else "H, W"
+            raise ValueError(f"{type(self).__name__}(num_features={self.num_features}): x has shape {x.shape}; "
+                             f"expected (N, {self.num_features}, {dims}).")
+        return group_norm(x, self.num_features, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_features}, eps={self.eps}, affine={self.weight is not None}"
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance normalisation (Ulyanov et al. 2016) of (N, C, L): each sample's channel over L."""
+    _nd = 1
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance normalisation of images (N, C, H, W): each sample's channel over H, W."""
+    _nd = 2
 
 
 def dropout(x, p, rng, training=True):
@@ -137,18 +224,17 @@ def _set_rng_words(rng, words):
 
 
 class Dropout(Module):
-    """Inverted dropout with its own seeded random stream (``seed``): active in train(), identity in eval().
+    """Inverted dropout with its own seeded random stream (``seed``; None: drawn from the global generator
+    that :func:`sciml.manual_seed` seeds): active in train(), identity in eval().
 
     The stream's position is the buffer ``rng_state`` (19 integers < 2**16), so ``state_dict()``,
     ``save``/``load`` and Trainer checkpoints carry it: a resumed run draws the same masks as an
     uninterrupted one. Loading a state dict into the module moves the stream to the saved position.
     """
 
-    def __init__(self, p=0.5, *, seed=0):
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"Dropout: p={p}; expected a probability in [0, 1).")
-        self.p = float(p)
-        self._rng = np.random.default_rng(seed)
+    def __init__(self, p=0.5, *, seed=None):
+        self.p = C.prob("Dropout", "p", p)
+        self._rng = np.random.default_rng(I.resolve_seed(seed, "Dropout(seed)"))
         self._words = _rng_words(self._rng)
         self.rng_state = Buffer(self._words)
 
@@ -170,11 +256,13 @@ class Dropout(Module):
 
 class Embedding(Module):
     """Rows of a (num_embeddings, embedding_dim) table at integer indices: idx (...) -> (..., embedding_dim).
-    Initialised N(0, 1) as PyTorch."""
+    Initialised N(0, 1) as PyTorch (``init=`` another initialiser name or callable)."""
 
-    def __init__(self, num_embeddings, embedding_dim, *, seed=0, dtype=None):
-        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
-        self.weight = Parameter(I.normal((self.num_embeddings, self.embedding_dim), seed=seed, dtype=dtype))
+    def __init__(self, num_embeddings, embedding_dim, *, seed=None, init="normal", dtype=None):
+        self.num_embeddings = C.pos_int("Embedding", "num_embeddings", num_embeddings)
+        self.embedding_dim = C.pos_int("Embedding", "embedding_dim", embedding_dim)
+        self.weight = Parameter(I.get(init)((self.num_embeddings, self.embedding_dim),
+                                            seed=I.resolve_seed(seed, "Embedding(seed)"), dtype=dtype))
 
     def forward(self, idx):
         a = idx.numpy() if isinstance(idx, Tensor) else np.asarray(idx)

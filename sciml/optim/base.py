@@ -36,6 +36,7 @@ import numpy as np
 from .. import backend
 from ..autodiff.pytree import flatten, unflatten
 from ..autodiff.tensor import Tensor, tensor
+from .schedules import as_schedule
 
 __all__ = ["Transform", "chain", "Optimizer", "global_norm", "tree_zeros_like"]
 
@@ -102,15 +103,61 @@ def _lookup(tree, dotted, name):
     return node
 
 
+def _dotted(tree, prefix=""):
+    """Dotted names of a pytree's leaves in ``flatten`` order (dict keys sorted), or None if the tree holds
+    something other than dicts, lists and leaves."""
+    if isinstance(tree, dict):
+        out = []
+        for k in sorted(tree, key=str):
+            sub = _dotted(tree[k], f"{prefix}.{k}" if prefix else str(k))
+            if sub is None:
+                return None
+            out.extend(sub)
+        return out
+    if isinstance(tree, (list, tuple)):
+        return None
+    return [prefix]
+
+
+def _as_leaves(where, params):
+    """(leaves, treedef, container, names) of one parameter collection: a Module, a list, or a dict pytree."""
+    from ..models.module import Parameter
+    if params is None:
+        raise ValueError(f"{where}(params): got None; expected model.parameters() or model.params().")
+    if hasattr(params, "parameters") and callable(params.parameters) and not isinstance(params, (list, dict)):
+        params = params.parameters()
+    if isinstance(params, (tuple, list)) and not hasattr(params, "names"):
+        params = list(params)
+    names = getattr(params, "names", None) if isinstance(params, list) else None
+    if isinstance(params, dict):
+        names = _dotted(params)
+    leaves, treedef = flatten(list(params) if isinstance(params, list) else params)
+    if not leaves:
+        raise ValueError(f"{where}: got an empty parameter list.")
+    for i, p in enumerate(leaves):
+        if not isinstance(p, Parameter):
+            raise TypeError(f"{where}: parameter {i} is a {type(p).__name__}; expected "
+                            "sciml.models.Parameter (updated in place). Pass model.parameters() / "
+                            "model.params(), or wrap tensors with sciml.models.Parameter(t).")
+    return leaves, treedef, params, names
+
+
 class Optimizer:
     """Stateful shell: binds a pytree of Parameters and updates them in place on ``step(grads)``.
 
     Args:
         params: a list / dict pytree of :class:`sciml.models.Parameter` (``model.parameters()`` or
-            ``model.params()``), or None to bind later with :meth:`bind`.
+            ``model.params()``), a list of parameter groups (PyTorch style: dicts with a ``"params"``
+            entry and per-group options such as ``"lr"``), or None to bind later with :meth:`bind`.
         transform: a :class:`Transform` computing updates (new = old + update). The built-in
             optimizers (Adam, SGD, ...) do not need one: they run fused kernels.
+
+    Parameter groups: ``opt.param_groups`` is a list of dicts, each with ``"params"`` (its Parameters)
+    and the group's options (``"lr"`` a number or a schedule, ``"weight_decay"``, ...); changing an entry
+    takes effect at the next step, and ``opt.lr = 5e-4`` sets the learning rate of every group.
+    Frozen parameters (``p.requires_grad_(False)``) are skipped by every step.
     """
+    defaults: dict = {}
 
     def __init__(self, params=None, transform: Transform | None = None):
         self._transform = transform
@@ -119,33 +166,98 @@ class Optimizer:
         self._names = None
         self.step_count = 0
         self.state = None
+        if not hasattr(self, "defaults") or self.defaults is Optimizer.defaults:
+            self.defaults = {}
+        self.param_groups = []
         if params is not None:
             self.bind(params)
 
     # --- binding --------------------------------------------------------------------------
     def bind(self, params):
-        """Bind the parameters to update (a pytree of Parameters) and reset the state. Returns self."""
-        from ..models.module import Parameter
-        if params is None:
-            raise ValueError(f"{type(self).__name__}.bind(params): got None; expected model.parameters() or "
-                             "model.params().")
-        if hasattr(params, "parameters") and callable(params.parameters) and not isinstance(params, (list, dict)):
-            params = params.parameters()
-        if isinstance(params, tuple) or type(params) is list:
-            params = list(params)
-        leaves, treedef = flatten(list(params) if isinstance(params, list) else params)
-        if not leaves:
-            raise ValueError(f"{type(self).__name__}: got an empty parameter list.")
-        for i, p in enumerate(leaves):
-            if not isinstance(p, Parameter):
-                raise TypeError(f"{type(self).__name__}: parameter {i} is a {type(p).__name__}; expected "
-                                "sciml.models.Parameter (updated in place). Pass model.parameters() / "
-                                "model.params(), or wrap tensors with sciml.models.Parameter(t).")
+        """Bind the parameters to update (a pytree of Parameters, or a list of parameter groups) and reset
+        the state. Returns self."""
+        name = type(self).__name__
+        is_groups = isinstance(params, (list, tuple)) and len(params) > 0 and all(
+            isinstance(g, dict) and "params" in g for g in params)
+        if is_groups:
+            leaves, names, groups = [], [], []
+            for gi, g in enumerate(params):
+                unknown = sorted(set(g) - {"params"} - set(self.defaults))
+                if unknown:
+                    raise ValueError(f"{name}: parameter group {gi} has unknown option(s) {unknown}; expected "
+                                     f"'params' and any of {sorted(self.defaults)}.")
+                gl, _, _, gn = _as_leaves(f"{name}(param_groups[{gi}])", g["params"])
+                group = dict(self.defaults)
+                group.update({k: v for k, v in g.items() if k != "params"})
+                group["params"] = gl
+                self._check_group(group, gi)
+                groups.append(group)
+                leaves.extend(gl)
+                names = None if names is None or gn is None else names + list(gn)
+            params = list(leaves)
+            treedef = flatten(params)[1]
+        else:
+            leaves, treedef, params, names = _as_leaves(name, params)
+            group = dict(self.defaults)
+            group["params"] = list(leaves)
+            self._check_group(group, 0)
+            groups = [group]
+        seen = set()
+        for p in leaves:
+            if id(p) in seen:
+                raise ValueError(f"{name}: a Parameter appears more than once in the parameters / groups; each may "
+                                 "be in one group only.")
+            seen.add(id(p))
+        self.param_groups = groups
+        self._group_of = [gi for gi, g in enumerate(groups) for _ in g["params"]]
         self._leaves, self._treedef, self._params = leaves, treedef, params
-        self._names = getattr(params, "names", None) if isinstance(params, list) else None
+        self._names = names
         self.step_count = 0
         self._init_state()
         return self
+
+    def _check_group(self, group, i):
+        """Validate one group's options (subclasses check their hyper-parameters)."""
+        if "lr" in group:
+            as_schedule(group["lr"])
+
+    def add_param_group(self, group):
+        """Add a parameter group (dict with ``"params"`` and options) to a bound optimizer (PyTorch style);
+        the optimizer's state is rebuilt for the new parameter set, the step count kept."""
+        self._require_bound("add_param_group")
+        if not isinstance(group, dict) or "params" not in group:
+            raise TypeError(f"{type(self).__name__}.add_param_group: expected a dict with a 'params' entry.")
+        old = [dict(g) for g in self.param_groups]
+        step = self.step_count
+        self.bind(old + [group])
+        self.step_count = step
+        return self
+
+    # --- learning rate ----------------------------------------------------------------------
+    @property
+    def lr(self):
+        """The learning rate (number or schedule) of the first group; setting it sets every group's."""
+        if self.param_groups:
+            return self.param_groups[0].get("lr", self.defaults.get("lr"))
+        return self.defaults.get("lr")
+
+    @lr.setter
+    def lr(self, value):
+        as_schedule(value)
+        if self.defaults is Optimizer.defaults:
+            self.defaults = {}
+        self.defaults["lr"] = value
+        for g in self.param_groups:
+            g["lr"] = value
+
+    def group_lr(self, group) -> float:
+        """The learning rate a group's next step uses (its ``"lr"`` evaluated at the step count if a schedule)."""
+        lr = group.get("lr", self.defaults.get("lr"))
+        return float(lr(self.step_count)) if callable(lr) else float(lr)
+
+    def current_lr(self) -> float:
+        """The learning rate the next step will use (of the first group)."""
+        return self.group_lr(self.param_groups[0]) if self.param_groups else float(as_schedule(self.lr)(0))
 
     @property
     def params(self):
@@ -166,26 +278,41 @@ class Optimizer:
 
     # --- stepping ---------------------------------------------------------------------------
     def _grad_leaves(self, grads):
-        """Flatten ``grads`` and check it matches the bound params (structure, shapes, dtypes)."""
+        """Flatten ``grads`` and check it matches the bound params (structure, shapes, dtypes). Returns a
+        list aligned with the bound Parameters; an entry is None for a parameter to skip (frozen, or with
+        no gradient)."""
         name = type(self).__name__
+        frozen = [not p.requires_grad for p in self._leaves]
         if grads is None:
-            out = []
-            for i, p in enumerate(self._leaves):
-                if p.grad is None:
-                    raise ValueError(f"{name}.step(): parameter {i} has no .grad; call loss.backward() first or "
-                                     "pass grads explicitly: opt.step(grads).")
-                out.append(p.grad)
-            return out
+            out = [None if f else p.grad for p, f in zip(self._leaves, frozen)]
+            if all(g is None for g in out):
+                i = next((i for i, f in enumerate(frozen) if not f), 0)
+                raise ValueError(f"{name}.step(): parameter {i} has no .grad; call loss.backward() first or "
+                                 "pass grads explicitly: opt.step(grads).")
+            return self._check_grads(out)
         if isinstance(grads, tuple) and isinstance(self._params, list):
             grads = list(grads)
         if isinstance(grads, dict) and self._names is not None:
-            grads = [_lookup(grads, n, name) for n in self._names]   # params()-shaped grads, list-bound optimizer
+            # params()-shaped grads: frozen parameters have no entry (Module.params() omits them)
+            from ..models.module import _has_nested
+            leaves = [None if f and not _has_nested(grads, n) else _lookup(grads, n, name)
+                      for n, f in zip(self._names, frozen)]
+            return self._check_grads([None if f else g for g, f in zip(leaves, frozen)])
+        if isinstance(grads, list) and len(grads) == len(self._leaves) and any(g is None for g in grads) and all(
+                g is None or isinstance(g, Tensor) for g in grads):  # flat, aligned, None = no gradient
+            return self._check_grads([None if f else g for g, f in zip(grads, frozen)])
         leaves, td = flatten(grads)
         if td != self._treedef:
             raise ValueError(f"{name}.step(grads): grads has {len(leaves)} leaves in a "
                              f"{type(grads).__name__}; expected a pytree shaped like the bound params "
                              f"({len(self._leaves)} leaves in a {type(self._params).__name__}).")
+        return self._check_grads([None if f else g for g, f in zip(leaves, frozen)])
+
+    def _check_grads(self, leaves):
+        name = type(self).__name__
         for i, (g, p) in enumerate(zip(leaves, self._leaves)):
+            if g is None:
+                continue
             if not isinstance(g, Tensor):
                 g = leaves[i] = tensor(np.asarray(g), p.dtype)
             if g.shape != p.shape:
@@ -196,8 +323,9 @@ class Optimizer:
         return leaves
 
     def step(self, grads=None):
-        """Update the bound parameters in place from ``grads`` (a pytree shaped like them; None ->
-        each parameter's ``.grad`` from ``loss.backward()``)."""
+        """Update the bound parameters in place from ``grads`` (a pytree shaped like them, or like
+        ``model.params()``; None -> each parameter's ``.grad`` from ``loss.backward()``). Frozen
+        parameters and parameters without a gradient are left unchanged."""
         self._require_bound()
         g = self._grad_leaves(grads)
         self._apply(g)
@@ -205,9 +333,11 @@ class Optimizer:
 
     def _apply(self, grads):
         from ..kernels import optim as K
-        updates, self.state = self._transform.update(list(grads), self.state, list(self._leaves))
-        for p, u in zip(self._leaves, updates):
-            if p.size:
+        from ..autodiff.tensor import zeros
+        full = [zeros(p.shape, p.dtype) if g is None else g for g, p in zip(grads, self._leaves)]
+        updates, self.state = self._transform.update(full, self.state, list(self._leaves))
+        for p, u, g in zip(self._leaves, updates, grads):
+            if p.size and g is not None:
                 u = u if u.dtype == p.dtype else u.astype(p.dtype)
                 K.axpy(p._buf, u._buf, p.size, p.dtype, 1.0)
 
@@ -271,7 +401,12 @@ class Optimizer:
     def state_dict(self):
         """{'step': int, 'state': {key: numpy array}}: everything needed to resume exactly."""
         self._require_bound("state_dict")
-        return {"step": int(self.step_count), "state": self._state_arrays()}
+        out = {"step": int(self.step_count), "state": self._state_arrays()}
+        groups = [{k: v for k, v in g.items() if k != "params" and isinstance(v, (int, float, bool, tuple))}
+                  for g in self.param_groups]
+        if any(groups):
+            out["param_groups"] = groups
+        return out
 
     def load_state_dict(self, sd):
         """Restore a ``state_dict()`` taken from an optimizer of the same kind over the same parameter shapes."""
@@ -281,6 +416,16 @@ class Optimizer:
                              "(from opt.state_dict()).")
         self._load_state_arrays(sd["state"])
         self.step_count = int(sd["step"])
+        groups = sd.get("param_groups")
+        if groups is not None:
+            if len(groups) != len(self.param_groups):
+                raise ValueError(f"{type(self).__name__}.load_state_dict: the state has {len(groups)} parameter "
+                                 f"groups; this optimizer has {len(self.param_groups)}.")
+            for g, saved in zip(self.param_groups, groups):
+                for k, v in saved.items():
+                    if k in g and not callable(g[k]):
+                        v = np.asarray(v)
+                        g[k] = tuple(v.tolist()) if isinstance(g[k], tuple) else v.item()
 
     def __repr__(self):
         n = "unbound" if self._leaves is None else f"{len(self._leaves)} params"

@@ -15,7 +15,7 @@ from ..autodiff.pytree import tree_leaves, tree_map
 from .base import Transform, global_norm, tree_zeros_like
 from .schedules import as_schedule
 
-__all__ = ["identity", "scale", "scale_by_lr", "scale_by_schedule", "scale_by_adam", "scale_by_rms",
+__all__ = ["apply_updates", "identity", "scale", "scale_by_lr", "scale_by_schedule", "scale_by_adam", "scale_by_rms",
            "scale_by_adagrad", "trace", "add_decayed_weights", "clip_by_global_norm", "AdamState", "ScaleState"]
 
 
@@ -137,3 +137,17 @@ def clip_by_global_norm(max_norm) -> Transform:
         f = max_norm / n
         return tree_map(lambda x: x * f, g), state
     return Transform(lambda params: (), update)
+
+
+def apply_updates(params, updates):
+    """``params + updates`` leafwise (optax's apply_updates): new Tensors, the inputs untouched. Each update is
+    cast to its parameter's dtype.
+
+        >>> updates, state = tx.update(grads, state, params)
+        >>> params = apply_updates(params, updates)
+    """
+    def add(p, u):
+        if u is None:
+            return p
+        return p + (u if u.dtype == p.dtype else u.astype(p.dtype))
+    return tree_map(add, params, updates)

@@ -79,7 +79,7 @@ def test_mlp_attributes_for_fused_paths():
 
 
 def test_sequential_and_train_eval():
-    seq = Sequential(Linear(3, 4, seed=0), ReLU(), Linear(4, 1, seed=1))
+    seq = Sequential(Linear(3, 4, seed=0, init="xavier_uniform"), ReLU(), Linear(4, 1, seed=1, init="xavier_uniform"))
     x = _x((2, 3))
     ref = np.maximum(x.numpy() @ seq[0].weight.numpy(), 0) @ seq[2].weight.numpy()
     np.testing.assert_allclose(seq(x).numpy(), ref, rtol=1e-12)

@@ -42,7 +42,7 @@ def main():
     check("xent", softmax_cross_entropy(sm.tensor(x), sm.tensor(q)), -(q * lsm).sum(1).mean())
     gx = sm.grad(lambda x: softmax_cross_entropy(x, sm.tensor(q)))(sm.tensor(x))
     check("xent_grad", gx, (np.exp(lsm) - q) / 50)
-    conv = Conv2d(2, 3, 3, padding=1, seed=0)
+    conv = Conv2d(2, 3, 3, padding=1, seed=0, init="kaiming_uniform")
     im = R.normal(size=(2, 2, 5, 5)).astype(f)
     W = conv.weight.numpy()
     xp = np.pad(im, ((0, 0), (0, 0), (1, 1), (1, 1)))
