@@ -18,7 +18,9 @@ from .autodiff.ops import (abs, add, astype, broadcast_to, clip, concat, cos, di
 from .autodiff.fuse import fuse
 from .autodiff.ops.array import (all, any, argmax, argmin, argsort, cross, cumprod, cumsum, diag, diagonal, einsum,
                                  flip, kron, meshgrid, outer, pad, prod, repeat, roll, sort, std, tile, topk, trace)
-from . import linalg, random  # noqa: E402  (sm.linalg.solve, sm.random.normal, ...)
+from .autodiff.custom import checkpoint, custom_jvp, custom_vjp, remat
+from .autodiff.control import fori_loop, scan, while_loop
+from . import linalg, random, tree_util  # noqa: E402  (sm.linalg.solve, sm.random.normal, ...)
 
 __version__ = "0.1.0"
 float32, float64, int32 = "float32", "float64", "int32"
