@@ -20,6 +20,7 @@ from .autodiff.ops.array import (all, any, argmax, argmin, argsort, cross, cumpr
                                  flip, kron, meshgrid, outer, pad, prod, repeat, roll, sort, std, tile, topk, trace)
 from .autodiff.custom import checkpoint, custom_jvp, custom_vjp, remat
 from .autodiff.control import fori_loop, scan, while_loop
+from .autodiff.vmap import vmap
 from . import linalg, random, tree_util  # noqa: E402  (sm.linalg.solve, sm.random.normal, ...)
 
 __version__ = "0.1.0"
