@@ -22,7 +22,9 @@ Limits: reading values inside ``f`` (``float(t)``, ``t.numpy()``) sees the first
 should not be done); batched Tensors must not share a buffer with Tensors closed over by ``f``.
 
 Hook: sciml.autodiff.primitive has no dispatch hook, so while a vmap runs, ``Primitive.__call__`` is
-replaced by one that routes batched inputs here (restored when the outermost vmap returns).
+replaced by one that routes batched inputs here (restored when the outermost vmap returns). VJP rules that
+launch raw kernels on their operands' shapes when nothing is recorded (``ops/conv.py``'s ``_recorded``
+switch) are told to take their composed path meanwhile.
 """
 from __future__ import annotations
 
@@ -234,6 +236,8 @@ RULES = {
     "cholesky": _rule_leading_batch, "solve": _rule_leading_batch, "triangular_solve": _rule_leading_batch,
     "qr": _rule_unary, "svd": _rule_unary, "eigh": _rule_unary, "slogdet": _rule_unary, "pinv": _rule_unary,
     "cumsum": _rule_rows, "cumprod": _rule_rows, "prod": _rule_rows, "argsort": _rule_rows, "argext": _rule_rows,
+    "bias_act": lambda prim, xs, flags, params, nb: prim(*xs, **params) if not flags[1] else
+    _rule_loop(prim, xs, flags, params, nb),
     "concat": lambda prim, xs, flags, params, nb: prim(*_bcast_all(xs, flags, nb), axis=params["axis"] + 1),
 }
 
@@ -288,14 +292,25 @@ def batched_at_any_level(x) -> bool:
     return isinstance(x, Tensor) and bool(_levels_of(x))
 
 
+_saved: dict = {}
+
+
 def _install():
     if P.Primitive.__call__ is not _hooked_call:
         P.Primitive.__call__ = _hooked_call
+        # rules that bypass primitives when nothing records them (raw kernels on logical shapes) must take
+        # their composed path inside vmap: conv.py's bias_act / softmax_cross_entropy VJPs
+        from .ops import conv
+        _saved["conv._recorded"] = conv._recorded
+        conv._recorded = lambda *ts: True
 
 
 def _uninstall():
     if not _active:
         P.Primitive.__call__ = _orig_call
+        if "conv._recorded" in _saved:
+            from .ops import conv
+            conv._recorded = _saved.pop("conv._recorded")
 
 
 def vmap(f, in_axes=0, out_axes=0, axis_size=None):

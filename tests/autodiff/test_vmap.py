@@ -86,6 +86,12 @@ def test_per_example_gradients():
         gb = sm.grad(loss)(p, x[b], y[b])
         np.testing.assert_allclose(g["w"].numpy()[b], gb["w"].numpy(), rtol=1e-12)
         np.testing.assert_allclose(g["b"].numpy()[b], gb["b"].numpy(), rtol=1e-12)
+    net = sm.models.MLP([3, 5, 2], activation=sm.tanh, seed=0)  # fused bias+activation kernels inside
+    mlp_loss = lambda q, xi, yi: ((net.apply(q, sm.reshape(xi, (1, 3))) - yi) ** 2).sum()
+    gm = sm.vmap(sm.grad(mlp_loss), in_axes=(None, 0, 0))(net.params(), x, y)
+    for b in range(B):
+        for u, v in zip(sm.tree_leaves(gm), sm.tree_leaves(sm.grad(mlp_loss)(net.params(), x[b], y[b]))):
+            np.testing.assert_allclose(u.numpy()[b], v.numpy(), rtol=1e-12, atol=1e-14)
     h = sm.vmap(sm.hessian(lambda z: (sm.sin(z) * z.sum()).sum()))(x)
     for b in range(B):
         np.testing.assert_allclose(h.numpy()[b], sm.hessian(lambda z: (sm.sin(z) * z.sum()).sum())(x[b]).numpy(),
