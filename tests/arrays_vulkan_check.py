@@ -43,6 +43,7 @@ def main():
     np.testing.assert_allclose(g2.numpy(), np.linalg.inv(spd[0].astype(np.float64)), rtol=1e-3, atol=1e-4)
     check_array_ops(rng)
     check_random()
+    check_fft(rng)
     print("OK vulkan linalg, array ops, random")
     return 0
 
@@ -72,6 +73,19 @@ def check_array_ops(rng):
     c(g, want + ws)
     v = sm.vmap(lambda r: A.sort(r) * 2.0)(t)
     c(v, 2 * np.sort(x, 1))
+
+
+def check_fft(rng):
+    from sciml import fft as F
+    x = rng.standard_normal((2, 12)).astype(np.float32)
+    np.testing.assert_allclose(F.rfft(sm.tensor(x, "float32")).numpy(), np.fft.rfft(x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(F.irfft2(F.rfft2(sm.tensor(x, "float32")), x.shape).numpy(), x, rtol=1e-4,
+                               atol=1e-4)
+    g = sm.grad(lambda a: (F.rfft(a).abs() ** 2).sum())(sm.tensor(x, "float32"))
+    # d/dx sum_k |Y_k|^2 (Y = rfft x) = rfft's adjoint applied to 2 Y = 12 irfft(w 2Y), w = 1 at k = 0, 6, else 1/2
+    y = np.fft.rfft(x.astype(np.float64))
+    want = 2 * 12 * np.fft.irfft(np.where(np.arange(7) % 6 == 0, 1.0, 0.5) * y, 12)
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-3, atol=1e-3)
 
 
 def threefry_ref(k0, k1, c0, c1):
