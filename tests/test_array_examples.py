@@ -3,6 +3,7 @@ scikit-learn's at the fitted hyperparameters; per-example clipping's vmap gradie
 import importlib.util
 import os
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,3 +28,23 @@ def test_per_example_clip_quick():
     out = _load("per_example_clip").main(["--quick"])
     assert out["vmap_vs_loop"] < 1e-12
     assert out["accuracy"] > 0.7
+
+
+def test_fno_burgers_quick():
+    out = _load("fno_burgers").main(["--quick", "--dtype", "float64"])
+    err, sec = out["sciml"]
+    assert np.isfinite(err) and err < 1.5 and sec > 0
+
+
+def test_fno_spectral_layer_matches_numpy():
+    mod = _load("fno_burgers")
+    import sciml as sm
+    rng = np.random.default_rng(0)
+    layer = mod.SpectralConv1d(3, 4, rng)
+    v = rng.standard_normal((2, 10, 3))
+    got = layer(sm.tensor(v)).numpy()
+    w = layer.wr.numpy() + 1j * layer.wi.numpy()
+    vh = np.fft.rfft(v, axis=1)[:, :4]
+    out = np.zeros((2, 6, 3), complex)
+    out[:, :4] = np.einsum("bki,kio->bko", vh, w)
+    np.testing.assert_allclose(got, np.fft.irfft(out, 10, axis=1), atol=1e-5)
