@@ -24,6 +24,10 @@ from .autodiff.ops.array import (all, any, argmax, argmin, argsort, cross, cumpr
 from . import linalg, random  # noqa: E402  (sm.linalg.solve, sm.random.normal, ...)
 from .graph import graph
 from .serialization import load, save
+from .autodiff.custom import checkpoint, custom_jvp, custom_vjp, remat
+from .autodiff.control import fori_loop, scan, while_loop
+from .autodiff.vmap import vmap
+from . import fft, linalg, random, tree_util  # noqa: E402  (sm.linalg.solve, sm.random.normal, ...)
 
 __version__ = "0.1.0"
 float32, float64, int32 = "float32", "float64", "int32"

@@ -45,6 +45,10 @@ def _check_key(name, k):
         seen = f"a Tensor of shape {k.shape} and dtype {k.dtype}" if isinstance(k, Tensor) else type(k).__name__
         raise TypeError(f"random.{name}: key is {seen}; expected a key (int32 Tensor of shape (2,)) from "
                         "sm.random.key(seed) or split(key). Pick one row of split's result: keys[0].")
+    from .autodiff.vmap import batched_at_any_level
+    if batched_at_any_level(k):
+        raise NotImplementedError(f"random.{name}: the key is batched by sm.vmap; random draws have no batching "
+                                  "rule yet. Draw outside vmap (one draw of shape (B, ...)) and pass it in.")
     return k
 
 

@@ -1,10 +1,5 @@
-"""sciml.random: Threefry known answers, key algebra, statistics (moments, KS with fixed keys), jit, errors,
-and identical draws on Vulkan."""
-import json
-import os
-import subprocess
-import sys
-
+"""sciml.random: Threefry known answers, key algebra, statistics (moments, KS with fixed keys), jit, errors.
+Vulkan draws are checked bit for bit in tests/arrays_vulkan_check.py."""
 import numpy as np
 import pytest
 from scipy import stats
@@ -12,7 +7,6 @@ from scipy import stats
 import sciml as sm
 from sciml import random as R
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 M32 = 0xFFFFFFFF
 
 
@@ -63,7 +57,7 @@ def test_same_key_same_draw_new_key_new_draw():
 def test_statistics(dtype):
     k = R.key(2024)
     ks = R.split(k, 6)
-    n = 20000
+    n = 5000
     u = R.uniform(ks[0], (n,), dtype).numpy()
     assert u.dtype == np.dtype(dtype) and u.min() >= 0 and u.max() < 1
     assert stats.kstest(u, "uniform").pvalue > 1e-3
@@ -79,7 +73,7 @@ def test_statistics(dtype):
 
 def test_discrete_draws():
     ks = R.split(R.key(7), 5)
-    n = 20000
+    n = 5000
     b = R.bernoulli(ks[0], 0.3, (n,)).numpy()
     assert b.dtype == np.bool_ and abs(b.mean() - 0.3) < 0.02
     r = R.randint(ks[1], (n,), -3, 4).numpy()
@@ -132,38 +126,3 @@ def test_errors():
         R.bernoulli(R.key(0), 1.5)
     with pytest.raises(ValueError, match="lower < upper"):
         R.truncated_normal(R.key(0), 1.0, -1.0)
-
-
-VULKAN_SCRIPT = r"""
-import json, sys
-import numpy as np
-import sciml as sm
-from sciml import random as R
-assert sm.init(arch=sys.argv[1], dtype="float32") == sys.argv[1]
-k = R.key(99)
-ks = R.split(k, 4)
-out = {"split": np.asarray(ks.numpy()).tolist(), "fold": R.fold_in(k, 5).numpy().tolist(),
-       "u": R.uniform(ks[0], (257,)).numpy().tolist(), "n": R.normal(ks[1], (257,)).numpy().tolist(),
-       "i": R.randint(ks[2], (100,), -50, 50).numpy().tolist(), "p": R.permutation(ks[3], 50).numpy().tolist(),
-       "t": R.truncated_normal(ks[0], -1.0, 2.0, (64,)).numpy().tolist()}
-print("JSON" + json.dumps(out))
-"""
-
-
-def test_identical_on_vulkan():
-    from tests.test_vulkan import _vulkan_available
-    if not _vulkan_available():
-        pytest.skip("no Vulkan ICD")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
-    env.pop("SCIML_ARCH", None)
-    res = {}
-    for arch in ("cpu", "vulkan"):
-        r = subprocess.run([sys.executable, "-c", VULKAN_SCRIPT, arch], capture_output=True, text=True, env=env,
-                           timeout=600)
-        line = [ln for ln in r.stdout.splitlines() if ln.startswith("JSON")]
-        assert r.returncode == 0 and line, (r.stdout + r.stderr)[-3000:]
-        res[arch] = json.loads(line[0][4:])
-    for name in ("split", "fold", "u", "i", "p"):
-        assert res["cpu"][name] == res["vulkan"][name], name
-    for name in ("n", "t"):
-        np.testing.assert_allclose(res["vulkan"][name], res["cpu"][name], rtol=2e-5, atol=2e-5)

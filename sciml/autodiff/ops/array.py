@@ -155,12 +155,29 @@ def std(x, axis=None, ddof=0, keepdims=False):
 
 
 # --- sort / argsort / argmax / topk --------------------------------------------------------------------------
-def _argsort_rows(r):
+def _argsort_forward(r):
     rows, n = r.shape
     idx = backend.empty(rows * n, "int32")
     if r.size:
         KS.argsort(r._buf, idx, rows, n, r.dtype)
-    return Tensor._make(idx, r.shape, "int32")
+    return idx, r.shape, "int32"
+
+
+_argsort_p = Primitive("argsort", _argsort_forward, order=0)  # integer result: a constant to every transform
+
+
+def _argsort_rows(r):
+    return _argsort_p(r)
+
+
+def _argext_forward(r, is_max):
+    idx = backend.empty(r.shape[0], "int32")
+    if r.shape[0]:
+        KS.argext(r._buf, idx, r.shape[0], r.shape[1], is_max, r.dtype)
+    return idx, r.shape[:1], "int32"
+
+
+_argext_p = Primitive("argext", _argext_forward, order=0)
 
 
 def argsort(x, axis=-1, descending=False, stable=True):
@@ -231,9 +248,7 @@ def _argext(name, x, axis, keepdims, is_max):
     if r.dtype == "int32":
         from ...runtime import default_dtype
         r = r.astype("float64" if default_dtype() == "float64" else "float32")
-    idx = backend.empty(r.shape[0], "int32")
-    KS.argext(r._buf, idx, r.shape[0], r.shape[1], is_max, r.dtype)
-    return Tensor._make(idx, out_shape, "int32")
+    return reshape(_argext_p(r, is_max=is_max), out_shape)
 
 
 def argmax(x, axis=None, keepdims=False):
