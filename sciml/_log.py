@@ -1,7 +1,8 @@
 """sciml's messages go through stdlib ``logging`` under the ``"sciml"`` logger.
 
-By default sciml attaches one handler that prints INFO and above to stderr as plain lines, unless
-the application has configured logging itself (a handler on ``"sciml"`` or on the root logger).
+By default sciml attaches one handler that prints INFO and above to stderr as plain lines; it stays
+quiet while the root logger has handlers (the application configured logging itself, e.g. with
+``logging.basicConfig``), and the records reach those instead.
 Silence or redirect it as with any library::
 
     import logging
@@ -34,15 +35,22 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+def _root_has_handlers():
+    return bool(logging.getLogger().handlers)
+
+
 def _default_handler():
-    if logger.handlers or logging.getLogger().handlers:
+    """Attach sciml's stderr handler once. Records still propagate: when the application (or pytest's
+    caplog) has put handlers on the root logger, they get the records and ours stays quiet."""
+    if any(getattr(h, "_sciml_default", False) for h in logger.handlers):
         return
     h = _StderrHandler()
     h.setFormatter(logging.Formatter("%(message)s"))
+    h.addFilter(lambda record: not _root_has_handlers())
     h._sciml_default = True
     logger.addHandler(h)
-    logger.setLevel(logging.DEBUG if os.environ.get("SCIML_DEBUG") else logging.INFO)
-    logger.propagate = False
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.DEBUG if debug_enabled() else logging.INFO)
 
 
 def get_logger(name: str | None = None) -> logging.Logger:
