@@ -53,6 +53,15 @@ CASES = [  # name, f, in_axes, args
      (rng.standard_normal((B, 3, 2)),)),
     ("einsum", lambda x, y: A.einsum("ij,jk->ik", x, y), (0, None),
      (rng.standard_normal((B, 2, 3)), rng.standard_normal((3, 2)))),
+    ("linalg_more", lambda a, b: LA.qr(a)[0] @ LA.triangular_solve(LA.cholesky(b), a, lower=True)
+     + LA.pinv(a) + LA.svd(a, full_matrices=False)[1].sum() + LA.inv(b) + LA.norm(a, "nuc"), (0, 0),
+     (rng.standard_normal((B, 3, 3)), SPD)),
+    ("array_more", lambda x: sm.concat([A.topk(x, 2)[0], A.argmax(x, -1, keepdims=True).astype("float64"),
+                                        A.cumprod(x, 1)], 1), (0,), (rng.uniform(0.5, 2, (B, 3, 4)),)),
+    ("layout", lambda x, y: A.pad(A.roll(x, 1, 0), 1, mode="reflect")[:3, :3] + A.kron(x[:1, :1], y)
+     + A.trace(x) + A.diag(A.diagonal(x)[:3]) + A.cross(x[:, :3], x[:, 1:4]).sum(), (0, None),
+     (rng.standard_normal((B, 3, 4)), rng.standard_normal((3, 3)))),
+    ("fft", lambda x: sm.fft.irfft(sm.fft.rfft(x) * sm.fft.rfft(x), 6), (0,), (rng.standard_normal((B, 2, 6)),)),
     ("axis1", lambda x, y: x * y, (1, 0), (rng.standard_normal((3, B)), rng.standard_normal((B, 3)))),
 ]
 
