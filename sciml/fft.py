@@ -8,8 +8,8 @@ The gradient of a real loss with respect to a Complex ``z`` is ``Complex(dL/dRe 
 convention, the steepest-ascent direction; JAX returns its conjugate).
 
 One primitive does the work: the complex DFT along the last axis, forward or inverse. Its forward calls
-scipy.fft on CPU (as GEMM calls BLAS; replayed by ``sm.jit``) and a Taichi DFT kernel on devices (O(n^2)
-per row, for the moderate sizes of spectral layers). The DFT is linear, so its rules are DFTs: the VJP of
+scipy.fft on CPU (as GEMM calls BLAS; replayed by ``sm.jit``) and Taichi kernels on devices (radix-2
+Cooley-Tukey for power-of-two lengths, a direct O(n^2) DFT otherwise; ``kernels/fft.py``). The DFT is linear, so its rules are DFTs: the VJP of
 ``fft`` is ``n * ifft`` (the adjoint), its JVP is ``fft``. ``rfft`` is a slice of ``fft`` of a real input,
 ``irfft`` the real part of ``ifft`` of the Hermitian extension, and the 2-D / n-D transforms apply the 1-D
 ones axis by axis, so all derivatives follow.
