@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 import numbers
 
 from . import primitive as P
@@ -378,7 +377,6 @@ def _run(f, leaves, tdef, axes, nb, out_axes):
                 continue
             p = moveaxis(x, ax, 0) if ax else x
             if id(p._buf) in seen or (_levels_of(p) and lv in _levels_of(p)):  # shared buffer: copy
-                from .ops import astype  # noqa: F401
                 p = p * 1.0 if p.dtype in ("float32", "float64") else p + 0
             seen.add(id(p._buf))
             _mark(p._buf, lv, nb)
