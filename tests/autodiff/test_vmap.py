@@ -160,7 +160,13 @@ def test_errors():
     assert P.Primitive.__call__.__name__ == "__call__"  # the hook is gone after (and despite) errors
 
 
-def test_random_draws_with_a_batched_key_raise():
+def test_random_draws_over_a_batch_of_keys():
     keys = sm.random.split(sm.random.key(0), B)
-    with pytest.raises(NotImplementedError, match="batched by sm.vmap"):
-        sm.vmap(lambda k: sm.random.normal(k, (2,)))(keys)
+    got = sm.vmap(lambda k: sm.random.normal(k, (2,)) + sm.random.uniform(sm.random.split(k)[1], (2,)))(keys)
+    for b in range(B):
+        k = keys[b]
+        want = sm.random.normal(k, (2,)).numpy() + sm.random.uniform(sm.random.split(k)[1], (2,)).numpy()
+        np.testing.assert_array_equal(got.numpy()[b], want)
+    x = t(np.zeros((B, 3)))
+    noisy = sm.vmap(lambda xi: xi + sm.random.normal(sm.random.key(1), (3,)))(x)  # unbatched key: same draw
+    np.testing.assert_array_equal(noisy.numpy()[0], noisy.numpy()[1])
