@@ -189,7 +189,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     if args.quick:
-        args.grid, args.train, args.test, args.epochs, args.modes, args.width = 32, 16, 8, 2, 6, 8
+        args.grid, args.train, args.test, args.epochs, args.modes, args.width = 32, 16, 8, 1, 6, 8
     sm.init(dtype=args.dtype, seed=0)
     u0, uT = burgers_data(args.train + args.test, args.grid)
     data = ((u0[:args.train], uT[:args.train]), (u0[args.train:], uT[args.train:]))
