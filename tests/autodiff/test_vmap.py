@@ -134,6 +134,12 @@ def test_jit_of_vmap_replays():
         x = t(np.random.default_rng(s).standard_normal((B, 3)))
         np.testing.assert_allclose(f(x, w).numpy(), np.tanh(x.numpy() @ w.numpy()).sum(1), rtol=1e-12)
     assert f.stats["replays"] == 1
+    inner = sm.jit(lambda x_, w_: sm.tanh(x_ @ w_).sum())
+    inner(t(np.ones(3)), w)  # traced on a single example first
+    x = t(rng.standard_normal((B, 3)))
+    np.testing.assert_allclose(sm.vmap(inner, in_axes=(0, None))(x, w).numpy(),
+                               np.tanh(x.numpy() @ w.numpy()).sum(1), rtol=1e-12)
+    assert inner.stats["eager"] == 1
 
 
 def test_loop_fallback_for_a_primitive_without_rule():
