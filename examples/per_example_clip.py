@@ -39,7 +39,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     sm.init(dtype="float64", seed=0)
-    steps = 20 if args.quick else args.steps
+    steps = 10 if args.quick else args.steps
+    if args.quick:
+        args.batch = 32
     rng = np.random.default_rng(0)
     xn, yn = moons(1024, rng)
     net = sm.models.MLP([2, 32, 32, 1], activation=sm.tanh, seed=0)

@@ -8,8 +8,8 @@ The gradient of a real loss with respect to a Complex ``z`` is ``Complex(dL/dRe 
 convention, the steepest-ascent direction; JAX returns its conjugate).
 
 One primitive does the work: the complex DFT along the last axis, forward or inverse. Its forward calls
-scipy.fft on CPU (as GEMM calls BLAS; replayed by ``sm.jit``) and a Taichi DFT kernel on devices (O(n^2)
-per row, for the moderate sizes of spectral layers). The DFT is linear, so its rules are DFTs: the VJP of
+scipy.fft on CPU (as GEMM calls BLAS; replayed by ``sm.jit``) and Taichi kernels on devices (radix-2
+Cooley-Tukey for power-of-two lengths, a direct O(n^2) DFT otherwise; ``kernels/fft.py``). The DFT is linear, so its rules are DFTs: the VJP of
 ``fft`` is ``n * ifft`` (the adjoint), its JVP is ``fft``. ``rfft`` is a slice of ``fft`` of a real input,
 ``irfft`` the real part of ``ifft`` of the Hermitian extension, and the 2-D / n-D transforms apply the 1-D
 ones axis by axis, so all derivatives follow.
@@ -35,7 +35,7 @@ from .autodiff.tensor import Tensor, as_tensor, tensor, zeros
 from .kernels import _common as C
 from .kernels import fft as KF
 
-__all__ = ["Complex", "complex", "real", "imag", "conj", "fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2",
+__all__ = ["Complex", "complex", "real", "imag", "conj", "einsum", "matmul", "fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2",
            "irfft2", "fftn", "ifftn", "rfftn", "irfftn", "fftfreq", "rfftfreq", "use_scipy"]
 
 _scipy = {"enabled": None}
@@ -217,6 +217,27 @@ def matmul(a, b):
     a, b = (a if isinstance(a, Complex) else Complex(as_tensor(a))), (b if isinstance(b, Complex) else
                                                                         Complex(as_tensor(b)))
     return Complex(_matmul(a.re, b.re) - _matmul(a.im, b.im), _matmul(a.re, b.im) + _matmul(a.im, b.re))
+
+
+def einsum(subscripts, *operands):
+    """Einstein summation over Complex (or real) operands, one or two of them (``sm.einsum`` on the real
+    and imaginary parts: a product of two complex operands costs four real einsums)."""
+    from .autodiff.ops.array import einsum as _einsum
+    if len(operands) == 1:
+        z = operands[0] if isinstance(operands[0], Complex) else Complex(as_tensor(operands[0]))
+        return Complex(_einsum(subscripts, z.re), _einsum(subscripts, z.im))
+    if len(operands) != 2:
+        raise ValueError(f"fft.einsum: got {len(operands)} operands; complex einsum takes one or two (chain calls "
+                         "for more).")
+    a, b = operands
+    if not isinstance(a, Complex) and not isinstance(b, Complex):
+        return Complex(_einsum(subscripts, a, b))
+    if not isinstance(b, Complex):
+        return Complex(_einsum(subscripts, a.re, b), _einsum(subscripts, a.im, b))
+    if not isinstance(a, Complex):
+        return Complex(_einsum(subscripts, a, b.re), _einsum(subscripts, a, b.im))
+    return Complex(_einsum(subscripts, a.re, b.re) - _einsum(subscripts, a.im, b.im),
+                   _einsum(subscripts, a.re, b.im) + _einsum(subscripts, a.im, b.re))
 
 
 # --- the DFT primitive ----------------------------------------------------------------------------------------

@@ -22,10 +22,10 @@ import numpy as np
 
 from . import backend
 from .autodiff.backward import needs
-from .autodiff.ops import concat, getitem, matmul, reshape, sqrt, abs as _abs, transpose, where
-from .autodiff.ops import max as _max, min as _min, sum as _sum, exp, log, sign as _sign, broadcast_to
+from .autodiff.ops import concat, getitem, matmul, reshape, sqrt, abs as _abs, transpose
+from .autodiff.ops import max as _max, min as _min, sum as _sum, exp, broadcast_to
 from .autodiff.primitive import Primitive
-from .autodiff.tensor import Tensor, as_tensor, tensor
+from .autodiff.tensor import as_tensor, tensor
 from .kernels import _common as C
 from .kernels import linalg_dense as KD
 

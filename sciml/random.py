@@ -21,6 +21,7 @@ import numbers
 import numpy as np
 
 from . import backend
+from .autodiff.primitive import Primitive
 from .autodiff.tensor import Tensor, as_tensor, canonical_dtype, tensor
 from .kernels import random as KR
 
@@ -45,11 +46,44 @@ def _check_key(name, k):
         seen = f"a Tensor of shape {k.shape} and dtype {k.dtype}" if isinstance(k, Tensor) else type(k).__name__
         raise TypeError(f"random.{name}: key is {seen}; expected a key (int32 Tensor of shape (2,)) from "
                         "sm.random.key(seed) or split(key). Pick one row of split's result: keys[0].")
-    from .autodiff.vmap import batched_at_any_level
-    if batched_at_any_level(k):
-        raise NotImplementedError(f"random.{name}: the key is batched by sm.vmap; random draws have no batching "
-                                  "rule yet. Draw outside vmap (one draw of shape (B, ...)) and pass it in.")
     return k
+
+
+# Draws are order-0 primitives of the key (constants to every transform): sm.vmap over a batch of keys then
+# draws once per key (its per-example loop), as jax.vmap does.
+def _keys_fwd(k, num, hi, data):
+    out = backend.empty(2 * num, "int32")
+    KR.derive_keys(k._buf, out, num, hi, data)
+    return out, (num, 2) if hi == 1 else (2,), "int32"
+
+
+def _draw_fwd(k, kind, shape, dtype, p0, p1):
+    n = math.prod(shape)
+    out = backend.empty(n, dtype)
+    if n:
+        KR.draw(kind, k._buf, out, n, p0, p1, dtype)
+    return out, shape, dtype
+
+
+def _randint_fwd(k, shape, lo, span):
+    n = math.prod(shape)
+    out = backend.empty(n, "int32")
+    if n:
+        KR.randint(k._buf, out, n, lo, span)
+    return out, shape, "int32"
+
+
+def _bits_fwd(k, n):
+    out = backend.empty(max(n, 1), "int32")
+    if n:
+        KR.bits(k._buf, out, n)
+    return out, (n,), "int32"
+
+
+_keys_p = Primitive("random_keys", _keys_fwd, order=0)
+_draw_p = Primitive("random_draw", _draw_fwd, order=0)
+_randint_p = Primitive("random_randint", _randint_fwd, order=0)
+_bits_p = Primitive("random_bits", _bits_fwd, order=0)
 
 
 def split(k, num=2) -> Tensor:
@@ -57,9 +91,7 @@ def split(k, num=2) -> Tensor:
     _check_key("split", k)
     if not isinstance(num, numbers.Integral) or num < 1:
         raise ValueError(f"random.split: num={num!r}; expected a positive int.")
-    out = backend.empty(2 * int(num), "int32")
-    KR.derive_keys(k._buf, out, int(num), 1, 0)
-    return Tensor._make(out, (int(num), 2), "int32")
+    return _keys_p(k, num=int(num), hi=1, data=0)
 
 
 def fold_in(k, data) -> Tensor:
@@ -68,9 +100,7 @@ def fold_in(k, data) -> Tensor:
     if not isinstance(data, (numbers.Integral, np.integer)) or isinstance(data, bool):
         raise TypeError(f"random.fold_in: data={data!r}; expected a Python int.")
     d = int(data) % (1 << 32)
-    out = backend.empty(2, "int32")
-    KR.derive_keys(k._buf, out, 1, 2, d - (1 << 32) if d >= 1 << 31 else d)
-    return Tensor._make(out, (2,), "int32")
+    return _keys_p(k, num=1, hi=2, data=d - (1 << 32) if d >= 1 << 31 else d)
 
 
 def _shape(name, shape):
@@ -97,11 +127,7 @@ def _float_dtype(name, dtype):
 
 
 def _draw(kind, k, shape, dtype, p0, p1):
-    n = math.prod(shape)
-    out = backend.empty(n, dtype)
-    if n:
-        KR.draw(kind, k._buf, out, n, float(p0), float(p1), dtype)
-    return Tensor._make(out, shape, dtype)
+    return _draw_p(k, kind=kind, shape=tuple(shape), dtype=dtype, p0=float(p0), p1=float(p1))
 
 
 def uniform(k, shape=(), dtype=None, minval=0.0, maxval=1.0) -> Tensor:
@@ -157,11 +183,7 @@ def randint(k, shape, minval, maxval, dtype="int32") -> Tensor:
     if hi <= lo:
         raise ValueError(f"random.randint: minval={minval} >= maxval={maxval}; expected minval < maxval.")
     shape = _shape("randint", shape)
-    n = math.prod(shape)
-    out = backend.empty(n, "int32")
-    if n:
-        KR.randint(k._buf, out, n, lo, hi - lo)
-    return Tensor._make(out, shape, "int32")
+    return _randint_p(k, shape=shape, lo=lo, span=hi - lo)
 
 
 def permutation(k, x, axis=0) -> Tensor:
@@ -179,10 +201,7 @@ def permutation(k, x, axis=0) -> Tensor:
             raise ValueError("random.permutation: x is a 0-d Tensor; expected an int or an array.")
         axis = int(axis) % data.ndim
         n = data.shape[axis]
-    bits = backend.empty(max(n, 1), "int32")
-    if n:
-        KR.bits(k._buf, bits, n)
-    perm = A.argsort(Tensor._make(bits, (n,), "int32"))  # 32 random bits per entry; ties by index
+    perm = A.argsort(_bits_p(k, n=n))  # 32 random bits per entry; ties by index
     if data is None:
         return perm
     from .autodiff.ops.shape import _take

@@ -79,6 +79,9 @@ def check_fft(rng):
     from sciml import fft as F
     x = rng.standard_normal((2, 12)).astype(np.float32)
     np.testing.assert_allclose(F.rfft(sm.tensor(x, "float32")).numpy(), np.fft.rfft(x), rtol=1e-4, atol=1e-4)
+    x16 = rng.standard_normal((3, 16)) + 1j * rng.standard_normal((3, 16))  # radix-2 path
+    np.testing.assert_allclose(F.ifft(F.complex(x16, dtype="float32")).numpy(), np.fft.ifft(x16), rtol=1e-4,
+                               atol=1e-5)
     np.testing.assert_allclose(F.irfft2(F.rfft2(sm.tensor(x, "float32")), x.shape).numpy(), x, rtol=1e-4,
                                atol=1e-4)
     g = sm.grad(lambda a: (F.rfft(a).abs() ** 2).sum())(sm.tensor(x, "float32"))

@@ -86,6 +86,12 @@ def test_complex_arithmetic():
     np.testing.assert_allclose(abs(za).numpy(), np.abs(a), atol=1e-12)
     m = F.complex(Z[:, :3]) @ F.complex(Z[:, :4].T[:3])
     np.testing.assert_allclose(m.numpy(), Z[:, :3] @ Z[:, :4].T[:3], atol=1e-12)
+    e = F.einsum("ij,jk->ik", F.complex(Z[:, :3]), F.complex(Z[:, :4].T[:3]))
+    np.testing.assert_allclose(e.numpy(), Z[:, :3] @ Z[:, :4].T[:3], atol=1e-12)
+    np.testing.assert_allclose(F.einsum("ij->j", F.complex(Z)).numpy(), Z.sum(0), atol=1e-12)
+    np.testing.assert_allclose(F.einsum("i,i->", F.complex(Z[0]), t(X[1])).numpy(), Z[0] @ X[1], atol=1e-12)
+    check_grads(lambda u, v: F.einsum("ij,jk->ik", F.Complex(u, v), F.Complex(v, u)).abs(), (t(X[:, :3]),
+                t(Z.imag[:, :3].T)), order=2)
     g = sm.grad(lambda z: (z * z.conj()).re.sum())(za)  # |z|^2: gradient 2 (re, im)
     np.testing.assert_allclose(g.re.numpy(), 2 * a.real)
     np.testing.assert_allclose(g.im.numpy(), 2 * a.imag)

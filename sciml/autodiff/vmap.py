@@ -24,13 +24,13 @@ should not be done); batched Tensors must not share a buffer with Tensors closed
 Hook: sciml.autodiff.primitive has no dispatch hook, so while a vmap runs, ``Primitive.__call__`` is
 replaced by one that routes batched inputs here (restored when the outermost vmap returns). VJP rules that
 launch raw kernels on their operands' shapes when nothing is recorded (``ops/conv.py``'s ``_recorded``
-switch) are told to take their composed path meanwhile.
+switch) are told to take their composed path meanwhile, and ``sm.jit`` functions called on batched Tensors
+run eagerly (``vmap(jit(f))`` = ``vmap(f)``; ``jit(vmap(f))`` is the compiled form).
 """
 from __future__ import annotations
 
 import functools
 import itertools
-import math
 import numbers
 
 from . import primitive as P
@@ -305,6 +305,16 @@ def _install():
         from .ops import conv
         _saved["conv._recorded"] = conv._recorded
         conv._recorded = lambda *ts: True
+        # a jitted function called on batched Tensors would trace their per-example shapes: run it eagerly
+        from .jit import Jitted
+        orig_jit = _saved["Jitted.__call__"] = Jitted.__call__
+
+        def jit_call(self, *args):
+            if any(batched_at_any_level(x) for x in flatten(list(args))[0]):
+                self.stats["eager"] += 1
+                return self.fn(*args)
+            return orig_jit(self, *args)
+        Jitted.__call__ = jit_call
 
 
 def _uninstall():
@@ -313,6 +323,9 @@ def _uninstall():
         if "conv._recorded" in _saved:
             from .ops import conv
             conv._recorded = _saved.pop("conv._recorded")
+        if "Jitted.__call__" in _saved:
+            from .jit import Jitted
+            Jitted.__call__ = _saved.pop("Jitted.__call__")
 
 
 def vmap(f, in_axes=0, out_axes=0, axis_size=None):
@@ -378,7 +391,6 @@ def _run(f, leaves, tdef, axes, nb, out_axes):
                 continue
             p = moveaxis(x, ax, 0) if ax else x
             if id(p._buf) in seen or (_levels_of(p) and lv in _levels_of(p)):  # shared buffer: copy
-                from .ops import astype  # noqa: F401
                 p = p * 1.0 if p.dtype in ("float32", "float64") else p + 0
             seen.add(id(p._buf))
             _mark(p._buf, lv, nb)

@@ -53,6 +53,15 @@ CASES = [  # name, f, in_axes, args
      (rng.standard_normal((B, 3, 2)),)),
     ("einsum", lambda x, y: A.einsum("ij,jk->ik", x, y), (0, None),
      (rng.standard_normal((B, 2, 3)), rng.standard_normal((3, 2)))),
+    ("linalg_more", lambda a, b: LA.qr(a)[0] @ LA.triangular_solve(LA.cholesky(b), a, lower=True)
+     + LA.pinv(a) + LA.svd(a, full_matrices=False)[1].sum() + LA.inv(b) + LA.norm(a, "nuc"), (0, 0),
+     (rng.standard_normal((B, 3, 3)), SPD)),
+    ("array_more", lambda x: sm.concat([A.topk(x, 2)[0], A.argmax(x, -1, keepdims=True).astype("float64"),
+                                        A.cumprod(x, 1)], 1), (0,), (rng.uniform(0.5, 2, (B, 3, 4)),)),
+    ("layout", lambda x, y: A.pad(A.roll(x, 1, 0), 1, mode="reflect")[:3, :3] + A.kron(x[:1, :1], y)
+     + A.trace(x) + A.diag(A.diagonal(x)[:3]) + A.cross(x[:, :3], x[:, 1:4]).sum(), (0, None),
+     (rng.standard_normal((B, 3, 4)), rng.standard_normal((3, 3)))),
+    ("fft", lambda x: sm.fft.irfft(sm.fft.rfft(x) * sm.fft.rfft(x), 6), (0,), (rng.standard_normal((B, 2, 6)),)),
     ("axis1", lambda x, y: x * y, (1, 0), (rng.standard_normal((3, B)), rng.standard_normal((B, 3)))),
 ]
 
@@ -125,6 +134,12 @@ def test_jit_of_vmap_replays():
         x = t(np.random.default_rng(s).standard_normal((B, 3)))
         np.testing.assert_allclose(f(x, w).numpy(), np.tanh(x.numpy() @ w.numpy()).sum(1), rtol=1e-12)
     assert f.stats["replays"] == 1
+    inner = sm.jit(lambda x_, w_: sm.tanh(x_ @ w_).sum())
+    inner(t(np.ones(3)), w)  # traced on a single example first
+    x = t(rng.standard_normal((B, 3)))
+    np.testing.assert_allclose(sm.vmap(inner, in_axes=(0, None))(x, w).numpy(),
+                               np.tanh(x.numpy() @ w.numpy()).sum(1), rtol=1e-12)
+    assert inner.stats["eager"] == 1
 
 
 def test_loop_fallback_for_a_primitive_without_rule():
@@ -151,7 +166,13 @@ def test_errors():
     assert P.Primitive.__call__.__name__ == "__call__"  # the hook is gone after (and despite) errors
 
 
-def test_random_draws_with_a_batched_key_raise():
+def test_random_draws_over_a_batch_of_keys():
     keys = sm.random.split(sm.random.key(0), B)
-    with pytest.raises(NotImplementedError, match="batched by sm.vmap"):
-        sm.vmap(lambda k: sm.random.normal(k, (2,)))(keys)
+    got = sm.vmap(lambda k: sm.random.normal(k, (2,)) + sm.random.uniform(sm.random.split(k)[1], (2,)))(keys)
+    for b in range(B):
+        k = keys[b]
+        want = sm.random.normal(k, (2,)).numpy() + sm.random.uniform(sm.random.split(k)[1], (2,)).numpy()
+        np.testing.assert_array_equal(got.numpy()[b], want)
+    x = t(np.zeros((B, 3)))
+    noisy = sm.vmap(lambda xi: xi + sm.random.normal(sm.random.key(1), (3,)))(x)  # unbatched key: same draw
+    np.testing.assert_array_equal(noisy.numpy()[0], noisy.numpy()[1])

@@ -20,7 +20,7 @@ from ...kernels import sort as KS
 from ..primitive import Primitive
 from ..tensor import Tensor, as_tensor, tensor, zeros, full
 from ._util import check_float, norm_axis
-from .elementwise import equal, not_equal, sqrt, where
+from .elementwise import equal, not_equal, sqrt
 from .linalg import matmul
 from .reduce import broadcast_to, reshape, sum as _sum, var
 from .shape import _take, _view, concat, getitem, moveaxis, stack, take, transpose
