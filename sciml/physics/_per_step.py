@@ -248,3 +248,71 @@ def make_stepper(sim, npdt):
     if backend.on_host() and not sim._force_staged:
         return HostStepper(sim, npdt)
     return StagedStepper(sim, npdt)
+
+
+class TangentRunner:
+    """Forward mode on the host: the step and its tangent kernel, step by step, from launch contexts
+    built once over buffers owned here (x/dx ping-pong, params, controls, their tangents)."""
+
+    MAX_STEPS = 1 << 15  # contexts are cached for rollouts up to this many steps
+
+    def __init__(self, sim, npdt):
+        self.sim = sim
+        cs = sim.control_shape or (1,)
+        T = sim.steps
+        self.x = [np.zeros(sim.state_shape, npdt) for _ in range(2)]
+        self.dx = [np.zeros(sim.state_shape, npdt) for _ in range(2)]
+        self.p, self.dp = np.zeros(sim.params_shape, npdt), np.zeros(sim.params_shape, npdt)
+        self.c, self.dc = np.zeros((T,) + cs, npdt), np.zeros((T,) + cs, npdt)
+        self.step = RawKernel(sim.kernels[0], False)
+        self.tan = RawKernel(sim.tangent_kernel, False)
+        self.ctx = None
+
+    def _contexts(self):
+        sim, consts = self.sim, list(self.sim.constants)
+        none = [None] * (8 + len(consts) + 1)
+        ctx = []
+        for t in range(sim.steps):
+            a, b = t % 2, (t + 1) % 2
+            sa = [self.x[a], self.p, self.c[t], self.x[b], *consts] + ([t] if sim.kernel_t[0] else [])
+            ta = [self.x[a], self.p, self.c[t], self.x[b], self.dx[a], self.dp, self.dc[t], self.dx[b], *consts]
+            ctx.append((self.step.context(sa, none), self.tan.context(ta + ([t] if sim.tangent_t else []), none)))
+        return ctx
+
+    def run(self, x0, dx0, p, dp, c, dc, where, out):
+        """Tangents of the states at the times in ``where`` ({t: [slot, ...]}) into ``out`` (flat)."""
+        sim, S = self.sim, self.sim.S
+        self.x[0].reshape(-1)[:] = x0
+        self.dx[0].reshape(-1)[:] = dx0
+        self.p.reshape(-1)[:] = p
+        self.dp.reshape(-1)[:] = dp
+        self.c.reshape(-1)[:] = c
+        self.dc.reshape(-1)[:] = dc
+        if sim.steps > self.MAX_STEPS:  # no cache: a context per launch
+            ctx = None
+        else:
+            if self.ctx is None:
+                self.ctx = self._contexts()
+            ctx = self.ctx
+        if ctx is not None:
+            (ls, ks), (lt, kt) = self.step.launcher(), self.tan.launcher()
+        for i in where.get(0, ()):
+            out[i * S:(i + 1) * S] = self.dx[0].reshape(-1)
+        consts = list(sim.constants)
+        none = [None] * (8 + len(consts) + 1)
+        for t in range(sim.steps):
+            b = (t + 1) % 2
+            self.x[b].fill(0.0)
+            self.dx[b].fill(0.0)
+            if ctx is not None:
+                cs, ct = ctx[t]
+                ls(ks, cs)
+                lt(kt, ct)
+            else:
+                a = t % 2
+                sa = [self.x[a], self.p, self.c[t], self.x[b], *consts] + ([t] if sim.kernel_t[0] else [])
+                self.step(sa, none)
+                ta = [self.x[a], self.p, self.c[t], self.x[b], self.dx[a], self.dp, self.dc[t], self.dx[b], *consts]
+                self.tan(ta + ([t] if sim.tangent_t else []), none)
+            for i in where.get(t + 1, ()):
+                out[i * S:(i + 1) * S] = self.dx[b].reshape(-1)

@@ -335,10 +335,13 @@ class Simulation:
         p = self._host(zeros(self.params_shape, dtype) if params is None else as_tensor(params, dtype))
         ctrl = self._host(as_tensor(controls, dtype)) if controls is not None else np.zeros(self.steps * self.C, npdt)
         S = self.S
-        seg = np.empty((self.steps + 1) * S, npdt)
+        seg = self._take((self.steps + 1) * S, npdt)  # pooled: the per-step path reuses its launch contexts
         seg[:S] = self._host(x0)
         self._roll(seg, p, ctrl, self.steps, 0)
-        return seg.reshape((self.steps + 1,) + self.state_shape)[::every].copy()
+        out = seg.reshape((self.steps + 1,) + self.state_shape)[::every].copy()
+        self._pool.append(seg)
+        del self._pool[:-2]
+        return out
 
     def _check(self, what, t, shape, dtype):
         if t.dtype != dtype:
@@ -589,6 +592,15 @@ class Simulation:
         out = np.empty(len(times) * S, npdt)
         for i in where.get(0, ()):
             out[i * S:(i + 1) * S] = dx.reshape(-1)
+        if backend.on_host():  # cached launch contexts over owned buffers
+            key = ("tangent", np.dtype(npdt))
+            runner = self._steppers.get(key)
+            if runner is None:
+                from ._per_step import TangentRunner
+                runner = self._steppers[key] = TangentRunner(self, npdt)
+            runner.run(x.reshape(-1), dx.reshape(-1), p.reshape(-1), dp.reshape(-1), c.reshape(-1), dc.reshape(-1),
+                       where, out)
+            return backend.from_numpy(out, dtype), (out.size,), dtype
         step, tan = self.kernels[0], self.tangent_kernel
         for t in range(T):
             xn.fill(0.0)
@@ -632,6 +644,23 @@ class Simulation:
                   u_loss if self.loss_kernel is not None else None)
         return lam, gp, gc
 
+    LOCATE_MAX = 512  # states up to this size: check_step names the x_next entries that disagree
+
+    def _locate(self, x, p, c, t, k, d, fd_vec):
+        """The x_next entries whose derivative (along d, w.r.t. input k) disagrees most: one VJP per entry."""
+        npdt = x.dtype
+        ad_vec = np.empty(self.S)
+        for i in range(self.S):
+            e = np.zeros(self.S, npdt)
+            e[i] = 1.0
+            g = self._step_vjp(x, p, c, e, 0.0, t)[k]
+            ad_vec[i] = float(np.dot(g.astype(np.float64), d))
+        diff = np.abs(ad_vec - fd_vec)
+        worst = [int(i) for i in np.argsort(-diff)[:3] if diff[i] > 0]
+        parts = [f"x_next[{', '.join(str(int(j)) for j in np.unravel_index(i, self.state_shape))}] "
+                 f"(VJP {ad_vec[i]:.4e}, finite differences {fd_vec[i]:.4e})" for i in worst]
+        return "; worst entries: " + ", ".join(parts)
+
     def check_step(self, x, params=None, control=None, *, t=0, eps=None, rtol=None, seed=0):
         """Compare one step's VJP (the kernels' ``.grad``, or the fused adjoint) with central finite
         differences at the state ``x``; raise :class:`SimulationCheckError` naming each derivative
@@ -674,14 +703,17 @@ class Simulation:
                 key = f"d({oname})/d({iname})"
                 report[key] = err
                 if not (err <= rtol) and abs(ad - fd) > (1e-9 if f64 else 1e-4):
-                    bad.append(f"{key}: VJP gives {ad:.6e}, finite differences {fd:.6e} (relative error {err:.1e})")
+                    msg = f"{key}: VJP gives {ad:.6e}, finite differences {fd:.6e} (relative error {err:.1e})"
+                    if oname == "x_next" and self.S <= self.LOCATE_MAX:
+                        msg += self._locate(x, p, c, t, k, d, (xp.astype(np.float64) - xm) / (2 * h))
+                    bad.append(msg)
         if bad:
             raise SimulationCheckError(
                 f"Simulation {self.name!r}: the step's derivatives disagree with finite differences at step {t}:\n  "
-                + "\n  ".join(bad) + "\nCheck the step kernels against Taichi's autodiff rules (docs/physics.md, "
-                "'Rules for step kernels'): a kernel that overwrites a value another loop already read, writes its "
-                "inputs, or reads a local vector with a runtime index is reversed wrongly. (A kink in the step "
-                "at this state, e.g. a contact, can also trip the check: try check_step at another state.)")
+                + "\n  ".join(bad) + "\nCheck the step kernels against the rules in docs/physics.md ('Rules for kernels Taichi "
+                "differentiates'): a kernel that writes its inputs, or overwrites a value after it was read (in the same "
+                "loop, a later loop or a later kernel of the step), is reversed wrongly. (A kink in the step at this "
+                "state, e.g. a contact, can also trip the check: try check_step at another state.)")
         return report
 
     def _no_second_order(self, *args, **kwargs):
