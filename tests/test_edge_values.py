@@ -312,9 +312,9 @@ def test_nan_through_large_and_vectorised_kernels():
 
 
 def test_mlp_with_a_nan_row_gives_nan_in_that_row_only():
-    for act, dtype in (("tanh", "float32"), ("relu", "float64"), ("sigmoid", "float32")):
+    for act, dtype in (("tanh", "float32"), ("relu", "float64"), ("relu", "float32"), ("sigmoid", "float32")):
         if True:
-            net = sm.models.MLP([3, 8, 8, 2], activation=act, seed=0, dtype=dtype)
+            net = sm.models.MLP([3, 8, 16, 2], activation=act, seed=0, dtype=dtype)  # 16: bias_act's 4-lane path
             x = np.array([[nan, nan, nan], [0.1, 0.2, 0.3], [1.0, inf, 0.0]], dtype)
             y = net(sm.tensor(x, dtype)).numpy()
             assert np.isnan(y[0]).all() and np.isfinite(y[1]).all(), (act, dtype, y)
@@ -372,3 +372,34 @@ def test_edge_values_on_vulkan():
     r = subprocess.run([sys.executable, os.path.join(here, "vulkan_edge_check.py")], capture_output=True, text=True,
                        env=env, timeout=600)
     assert r.returncode == 0 and "OK vulkan-edge" in r.stdout, (r.stdout + r.stderr)[-4000:]
+
+
+def test_property_binary_ops_broadcast_like_numpy_with_special_values():
+    """hypothesis: random broadcastable shapes (0-d, size-1 and empty axes included) and values drawn with
+    NaN, +-inf, +-0 and subnormals, through the binary ops and comparisons, against numpy."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    ops = [("add", sm.add, np.add), ("mul", sm.mul, np.multiply), ("maximum", sm.maximum, np.maximum),
+           ("minimum", sm.minimum, np.minimum), ("div", sm.div, np.divide), ("not_equal", sm.not_equal, np.not_equal),
+           ("less_equal", sm.less_equal, np.less_equal)]
+    floats = st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True, width=64)
+
+    @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, min_side=0, max_side=3),
+           data=st.data(), k=st.integers(0, len(ops) - 1))
+    def check(shapes, data, k):
+        name, fn, ref = ops[k]
+        a = data.draw(hnp.arrays(np.float64, shapes.input_shapes[0], elements=floats))
+        b = data.draw(hnp.arrays(np.float64, shapes.input_shapes[1], elements=floats))
+        got = fn(sm.tensor(a), sm.tensor(b))
+        with np.errstate(all="ignore"):
+            want = ref(a, b)
+        assert got.shape == want.shape, (name, got.shape, want.shape)
+        if want.dtype == bool:
+            np.testing.assert_array_equal(got.numpy(), want, err_msg=name)
+        else:
+            close(got.numpy(), want, "float64", name, rtol=1e-15)
+
+    check()

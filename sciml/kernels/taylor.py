@@ -31,7 +31,6 @@ def _act(name, dtype):
     T = backend.ti_dtype(dtype)
     fs = E._funcs(dtype)
     tanh_f, sigmoid_f, softplus_f = fs["tanh"], fs["sigmoid"], fs["softplus"]
-    gc, ga = math.sqrt(2.0 / math.pi), 0.044715
 
     @ti.func
     def tanh_c(z):
@@ -51,19 +50,14 @@ def _act(name, dtype):
         s2 = p * (1.0 - p)
         return ti.Vector([softplus_f(z), p, s2, s2 * (1.0 - 2.0 * p)], dt=T)
 
+    erfc_f = fs["erfc"]
+    r2, rpi = 1.0 / math.sqrt(2.0), 1.0 / math.sqrt(2.0 * math.pi)
+
     @ti.func
-    def gelu_c(z):
-        u1 = gc * (1.0 + 3.0 * ga * z * z)
-        u2 = (6.0 * ga * gc) * z
-        u3 = 6.0 * ga * gc
-        t = tanh_f(gc * (z + ga * z * z * z))
-        s = 1.0 - t * t
-        a = u2 - 2.0 * t * u1 * u1
-        s0 = 0.5 * z * (1.0 + t)
-        s1 = 0.5 * (1.0 + t) + 0.5 * z * s * u1
-        s2 = s * u1 + 0.5 * z * s * a
-        s3 = 1.5 * s * a + 0.5 * z * s * (u3 - 2.0 * t * u1 * a - 2.0 * s * u1 * u1 * u1 - 4.0 * t * u1 * u2)
-        return ti.Vector([s0, s1, s2, s3], dt=T)
+    def gelu_c(z):  # exact gelu z Phi(z) (sm.gelu's default): Phi' = phi, phi' = -z phi
+        cdf = 0.5 * erfc_f(-z * r2)  # erfc: accurate for z << 0 too
+        pdf = rpi * ti.exp(-0.5 * z * z)
+        return ti.Vector([z * cdf, cdf + z * pdf, pdf * (2.0 - z * z), z * pdf * (z * z - 4.0)], dt=T)
 
     return dict(tanh=tanh_c, sin=sin_c, softplus=softplus_c, gelu=gelu_c)[name]
 

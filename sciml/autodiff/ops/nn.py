@@ -87,7 +87,7 @@ def logsumexp(x, axis=-1, keepdims=False):
     return y if keepdims else reshape(y, x.shape[:axis] + x.shape[axis + 1:])
 
 
-def gelu(x, approximate="tanh"):
+def gelu(x, approximate="none"):
     """Gaussian error linear unit x Phi(x), as PyTorch's ``gelu``.
 
     Args:
