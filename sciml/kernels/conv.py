@@ -29,10 +29,12 @@ def _act_funcs(dtype):
         return y * 0 + 1
 
     @ti.func
-    def d_relu(y):
+    def d_relu(y):  # step(y): 0 for y <= 0 (PyTorch), NaN for NaN y (NaN in, NaN out)
         r = y * 0
         if y > 0:
             r = r + 1
+        elif not (y <= 0):
+            r = y
         return r
 
     @ti.func
@@ -101,7 +103,8 @@ def _build_bias_act_vec(act, dtype, serial):
             for j in range(cv):
                 z = h[r * cv + j] + b[j]
                 if ti.static(relu):
-                    z = ti.max(z, ti.cast(0, T))  # typed: a f64 literal would make a f64 vector
+                    # max(z, 0) that keeps NaN (ti.max drops it); typed: a f64 literal would make a f64 vector
+                    z = ti.select(z > 0, z, ti.select(z <= 0, ti.cast(0, T), z))
                 y[r * cv + j] = z
     return k
 
@@ -120,7 +123,8 @@ def _build_bias_act_vjp_vec(act, dtype, serial, with_b, with_gz):
     def dz(g, y):
         v = g
         if ti.static(relu):
-            v = ti.select(y > 0, g, g * ti.cast(0, T))  # g * step(y) as the scalar kernel (NaN/inf g propagate)
+            # g * step(y) as the scalar kernel (NaN/inf g propagate; NaN y gives NaN)
+            v = ti.select(y > 0, g, ti.select(y <= 0, g * ti.cast(0, T), y))
         elif ti.static(act == "tanh"):
             v = g * (1 - y * y)
         elif ti.static(act == "sigmoid"):

@@ -48,13 +48,7 @@ def _bias_act_fwd(h, b, act):
     rows = h.size // cols if cols else 0
     y = backend.empty(h.size, h.dtype)
     if h.size:
-        if act == "relu" and K._vec_ok(cols, h.dtype):
-            # the 4-lane relu of kernels/conv.py is ti.max(z, 0), which turns NaN into 0: add the bias there,
-            # then the NaN-propagating relu of kernels/elementwise.py (in place; also 4-lane)
-            K.bias_act("identity", h._buf, b._buf, y, rows, cols, h.dtype)
-            E.unary("relu", y, y, h.size, h.dtype)
-        else:
-            K.bias_act(act, h._buf, b._buf, y, rows, cols, h.dtype)
+        K.bias_act(act, h._buf, b._buf, y, rows, cols, h.dtype)
     return y, h.shape, h.dtype
 
 
