@@ -20,13 +20,9 @@ __all__ = ["conv2d", "conv1d", "conv3d", "conv_transpose1d", "conv_transpose2d",
            "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "Upsample"]
 
 
-def _pair(name, v):
-    if isinstance(v, int):
-        return (v, v)
-    v = tuple(int(a) for a in v)
-    if len(v) != 2:
-        raise ValueError(f"{name}: got {v}; expected an int or a pair of ints.")
-    return v
+def _pair(name, v, minimum=1):
+    where, _, arg = name.partition("(")
+    return C.int_tuple(where, arg.rstrip(")") or "value", v, 2, minimum)
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -178,7 +174,7 @@ def _pool(x, name, kernel_size, stride, padding, pad_value, reduce):
         raise ValueError(f"{name}: x has shape {x.shape}; expected (N, C, H, W).")
     kh, kw = _pair(f"{name}(kernel_size)", kernel_size)
     stride = (kh, kw) if stride is None else _pair(f"{name}(stride)", stride)
-    ph, pw = _pair(f"{name}(padding)", padding)
+    ph, pw = _pair(f"{name}(padding)", padding, 0)
     if 2 * ph > kh or 2 * pw > kw:
         raise ValueError(f"{name}: padding {(ph, pw)} must be at most half the kernel size {(kh, kw)}.")
     cols = unfold(x, (kh, kw), stride, (ph, pw), pad_value)       # (N, Ho, Wo, C, kh, kw)
@@ -324,6 +320,11 @@ class ConvTranspose1d(_ConvNd):
 
 class MaxPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0):
+        name = type(self).__name__
+        C.int_tuple(name, "kernel_size", kernel_size, 2)
+        if stride is not None:
+            C.int_tuple(name, "stride", stride, 2)
+        C.int_tuple(name, "padding", padding, 2, 0)
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
 
     def forward(self, x):
@@ -461,6 +462,11 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=N
 
 class MaxPool1d(Module):
     def __init__(self, kernel_size, stride=None, padding=0):
+        name = type(self).__name__
+        C.int_tuple(name, "kernel_size", kernel_size, 1)
+        if stride is not None:
+            C.int_tuple(name, "stride", stride, 1)
+        C.int_tuple(name, "padding", padding, 1, 0)
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
 
     def forward(self, x):

@@ -5,8 +5,9 @@ Parameters carry PyTorch's names and layouts (``weight_ih_l0`` (gates * hidden, 
 ``bias_ih_l0``, ``bias_hh_l0``, ``..._reverse`` for the backward direction; gate order i, f, g, o for the LSTM
 and r, z, n for the GRU) and PyTorch's initialisation U(-1/sqrt(hidden), 1/sqrt(hidden)), so a PyTorch
 ``state_dict`` loads as is (:func:`sciml.serialization.from_torch_state_dict`). The input projection of
-every time step is one GEMM; each step then costs one (batch, hidden) x (hidden, gates * hidden) GEMM and
-a few elementwise kernels.
+each time step and the recurrent term are one small GEMM each, followed by a few elementwise kernels; each
+step's input and output stay separate tensors until the end, so the backward pass accumulates no per-step
+scatter into a (time, batch, .) buffer.
 
     >>> lstm = sm.models.LSTM(8, 32, num_layers=2, batch_first=True)
     >>> out, (h, c) = lstm(x)                 # x (batch, time, 8) -> out (batch, time, 32)
@@ -193,26 +194,26 @@ class _RNNBase(Module):
             h0, c0 = state, None
             _check_state(name, "h0", h0, (L * D, B, H))
         hs, cs = [], []
-        inp = x
-        for layer in range(L):
+        steps_in = [x[t] for t in range(T)]          # per-step inputs: the cotangents flow into each step's own
+        for layer in range(L):                       # tensor (no (T, B, .) scatter per step in the backward pass)
             outs = []
             for d in range(D):
                 W_ih, W_hh = self._param("weight_ih", layer, d), self._param("weight_hh", layer, d)
                 b_ih, b_hh = self._param("bias_ih", layer, d), self._param("bias_hh", layer, d)
-                gx = reshape(_linear_t(reshape(inp, (T * B, inp.shape[2])), W_ih, b_ih), (T, B, W_ih.shape[0]))
                 h = h0[layer * D + d]
                 c = c0[layer * D + d] if lstm else None
                 seq = [None] * T
-                steps = range(T - 1, -1, -1) if d else range(T)
-                for t in steps:
-                    h, c = _rnn_step(self._kind, self.nonlinearity, gx[t], h, c, W_hh, b_hh)
+                for t in (range(T - 1, -1, -1) if d else range(T)):
+                    h, c = _rnn_step(self._kind, self.nonlinearity, _linear_t(steps_in[t], W_ih, b_ih), h, c, W_hh,
+                                     b_hh)
                     seq[t] = h
-                outs.append(stack(seq, axis=0))
+                outs.append(seq)
                 hs.append(h)
                 cs.append(c)
-            inp = outs[0] if D == 1 else concat(outs, axis=2)
+            steps_in = outs[0] if D == 1 else [concat([a, b], axis=1) for a, b in zip(*outs)]
             if self.drop is not None and layer < L - 1:
-                inp = self.drop(inp)
+                steps_in = [self.drop(s) for s in steps_in]
+        inp = stack(steps_in, axis=0)
         out = transpose(inp, (1, 0, 2)) if self.batch_first else inp
         h_n = stack(hs, axis=0)
         return (out, (h_n, stack(cs, axis=0))) if lstm else (out, h_n)

@@ -243,9 +243,11 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value):
+        if "lr" not in self.defaults:
+            raise AttributeError(f"{type(self).__name__}: setting .lr has no effect on this optimizer (its step size "
+                                 "is fixed in its transform chain or options); build a new one with the learning "
+                                 "rate you want (e.g. a schedule).")
         as_schedule(value)
-        if self.defaults is Optimizer.defaults:
-            self.defaults = {}
         self.defaults["lr"] = value
         for g in self.param_groups:
             g["lr"] = value

@@ -154,6 +154,9 @@ def test_parameters_are_freed():
     (lambda: BatchNorm1d(3, momentum=2), r"BatchNorm1d: momentum=2"),
     (lambda: LayerNorm(-1), r"LayerNorm: normalized_shape=-1"),
     (lambda: Embedding(4.0, 2), r"Embedding: num_embeddings=4.0"),
+    (lambda: sm.models.MaxPool2d(2.5), r"MaxPool2d: kernel_size=2.5"),
+    (lambda: sm.models.AvgPool1d(2, stride=0), r"AvgPool1d: stride=0"),
+    (lambda: sm.models.max_pool2d(sm.ones((1, 1, 4, 4)), 2, padding=-1), r"max_pool2d: padding=-1"),
 ])
 def test_constructor_arguments_are_checked(make, match):
     with pytest.raises((TypeError, ValueError), match=match):

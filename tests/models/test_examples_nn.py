@@ -2,6 +2,7 @@
 import importlib.util
 import os
 
+import numpy as np
 import pytest
 
 pytest.importorskip("sklearn", reason="scikit-learn (digits data): pip install -e '.[examples]'")
@@ -21,3 +22,11 @@ def test_example_quick(name, tmp_path, capsys):
     acc = _load(name).main(["--quick", "--dtype", "float64", "--out", str(out)])
     assert out.exists() and 0.0 <= acc <= 1.0
     assert "test accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["lstm_forecast", "transformer_toy", "deeponet"])
+def test_issue16_examples_quick(name, capsys):
+    value = _load(name).main(["--quick"])
+    assert np.isfinite(value)
+    out = capsys.readouterr().out
+    assert any(w in out for w in ("RMSE", "accuracy", "relative L2"))

@@ -80,6 +80,39 @@ def main():
     p = Parameter(p0)
     Adagrad([p], lr=0.1).step([sm.tensor(gr)])
     check("adagrad", p, p0 - 0.1 * np.sign(gr), 1e-4)
+    # issue 16 layers (composed of the ops above): dilated grouped conv, transposed conv, LSTM cell, Lion, elu
+    from sciml.models import LSTMCell, conv2d, conv_transpose2d, elu
+    from sciml.optim import Lion
+    rng = R
+    xg = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    wg = rng.standard_normal((2, 2, 2, 2)).astype(np.float32)
+    refg = np.zeros((1, 2, 4, 4), np.float32)
+    for o in range(2):
+        g = o                                                     # 2 groups of 2 channels, one output each
+        for i in range(4):
+            for j in range(4):
+                refg[0, o, i, j] = (xg[0, 2 * g:2 * g + 2, i:i + 3:2, j:j + 3:2] * wg[o]).sum()
+    check("conv2d dilation 2, groups 2", conv2d(sm.tensor(xg), sm.tensor(wg), None, 1, 0, 2, 2), refg, 1e-4)
+    xt = rng.standard_normal((1, 2, 2, 2)).astype(np.float32)
+    wt = rng.standard_normal((2, 1, 2, 2)).astype(np.float32)
+    reft = np.zeros((1, 1, 4, 4), np.float32)
+    for c in range(2):
+        for i in range(2):
+            for j in range(2):
+                reft[0, 0, 2 * i:2 * i + 2, 2 * j:2 * j + 2] += xt[0, c, i, j] * wt[c, 0]
+    check("conv_transpose2d stride 2", conv_transpose2d(sm.tensor(xt), sm.tensor(wt), None, 2), reft, 1e-4)
+    cell = LSTMCell(3, 2, seed=0, dtype="float32")
+    xc, hc, cc = (rng.standard_normal(s_).astype(np.float32) for s_ in ((2, 3), (2, 2), (2, 2)))
+    sd = cell.state_dict()
+    gates = xc @ sd["weight_ih"].T + sd["bias_ih"] + hc @ sd["weight_hh"].T + sd["bias_hh"]
+    sg = 1 / (1 + np.exp(-gates))
+    c2 = sg[:, 2:4] * cc + sg[:, 0:2] * np.tanh(gates[:, 4:6])
+    check("lstm cell", cell(sm.tensor(xc), (sm.tensor(hc), sm.tensor(cc)))[0], sg[:, 6:8] * np.tanh(c2), 1e-5)
+    p = Parameter(p0)
+    Lion([p], lr=0.1).step([sm.tensor(gr)])
+    check("lion", p, p0 - 0.1 * np.sign(gr), 1e-5)
+    ev = np.array([-2.0, -0.5, 0.0, 3.0], np.float32)
+    check("elu", elu(sm.tensor(ev)), np.where(ev > 0, ev, np.expm1(np.minimum(ev, 0))), 1e-6)
     if fails:
         print("FAIL\n" + "\n".join(fails))
         return 1

@@ -171,6 +171,10 @@ def test_setting_lr_takes_effect():
     assert adam.param_groups[0]["weight_decay"] == 0.5
     with pytest.raises(ValueError, match="lr"):
         adam.lr = -1.0
+    from sciml.optim import LBFGS, Optimizer, adam as adam_tx
+    for other in (Optimizer([Parameter(P0)], adam_tx(1e-3)), LBFGS([Parameter(P0)])):
+        with pytest.raises(AttributeError, match="setting .lr has no effect"):
+            other.lr = 0.1
 
 
 def _torch_one_cycle(s, max_lr, T, pct=0.3, div=25.0, fdiv=1e4):

@@ -1,0 +1,186 @@
+"""Neural-network training steps, sciml vs PyTorch eager side by side in one process (issue 16's targets).
+
+    python -m benchmarks.bench_nn [--rounds 7] [--cases cnn mlp lstm transformer] [--threads 1]
+
+Cases (one optimisation step each: forward, backward, Adam):
+  * cnn: the digits CNN (conv 1->16 3x3, ReLU, max-pool, conv 16->32, BatchNorm2d, ReLU, max-pool, Dropout,
+    Linear 128->64, ReLU, Linear 64->10), batch 64 of 8x8 images; target <= 1.0x PyTorch.
+  * mlp: 10-128-128-1 with SiLU and Dropout(0.1), batch 256, MSE; target <= 1.0x.
+  * lstm: LSTM(1, 128), sequence 100, batch 32, last output -> Linear; target <= 1.0x.
+  * transformer: 2 TransformerEncoderLayers (d 64, 4 heads, ff 128, batch_first), batch 32 x 16 tokens; <= 1.5x.
+sciml steps use PyTorch-style code (``loss.backward(); opt.step(); opt.zero_grad()``) and, where noted, the
+functional ``value_and_grad`` path. Timings: rounds interleave sciml and torch; per round the best of a few
+steps; the table shows the median over rounds in ms and the ratio. Without torch only sciml's column is shown.
+Both run float32 with ``--threads`` BLAS/intra-op threads.
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def _best(fn, n):
+    best = float("inf")
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _sciml_cases(sm, np, cases):
+    from sciml.models import (LSTM, BatchNorm2d, Conv2d, Dropout, Flatten, Linear, MaxPool2d, Module, ReLU,
+                              Sequential, SiLU, TransformerEncoderLayer, cross_entropy, mse)
+    from sciml.optim import Adam
+    rng = np.random.default_rng(0)
+    out = {}
+
+    def stepper(net, loss_fn, x, y):
+        opt = Adam(net.parameters(), lr=1e-3)
+
+        def step():
+            loss = loss_fn(net(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return float(loss)
+        return step
+
+    if "cnn" in cases:
+        net = Sequential(Conv2d(1, 16, 3, padding=1), ReLU(), MaxPool2d(2), Conv2d(16, 32, 3, padding=1),
+                         BatchNorm2d(32), ReLU(), MaxPool2d(2), Dropout(0.25), Flatten(), Linear(128, 64), ReLU(),
+                         Linear(64, 10))
+        x = sm.tensor(rng.standard_normal((64, 1, 8, 8)), "float32")
+        y = rng.integers(0, 10, 64).astype(np.int32)
+        out["cnn"] = stepper(net, cross_entropy, x, y)
+    if "mlp" in cases:
+        net = Sequential(Linear(10, 128), SiLU(), Dropout(0.1), Linear(128, 128), SiLU(), Dropout(0.1), Linear(128, 1))
+        x = sm.tensor(rng.standard_normal((256, 10)), "float32")
+        y = sm.tensor(rng.standard_normal((256, 1)), "float32")
+        out["mlp"] = stepper(net, mse, x, y)
+    if "lstm" in cases:
+        class Net(Module):
+            def __init__(self):
+                self.lstm = LSTM(1, 128, batch_first=True)
+                self.head = Linear(128, 1)
+
+            def forward(self, x):
+                return self.head(self.lstm(x)[0][:, -1])
+        x = sm.tensor(rng.standard_normal((32, 100, 1)), "float32")
+        y = sm.tensor(rng.standard_normal((32, 1)), "float32")
+        out["lstm"] = stepper(Net(), mse, x, y)
+    if "transformer" in cases:
+        class Enc(Module):
+            def __init__(self):
+                self.layers = [TransformerEncoderLayer(64, 4, 128, dropout=0.1, batch_first=True) for _ in range(2)]
+                self.head = Linear(64, 1)
+
+            def forward(self, x):
+                for l in self.layers:
+                    x = l(x)
+                return self.head(x.mean(1))
+        x = sm.tensor(rng.standard_normal((32, 16, 64)), "float32")
+        y = sm.tensor(rng.standard_normal((32, 1)), "float32")
+        out["transformer"] = stepper(Enc(), mse, x, y)
+    return out
+
+
+def _torch_cases(torch, np, cases):
+    nn = torch.nn
+    rng = np.random.default_rng(0)
+    out = {}
+
+    def stepper(net, loss_fn, x, y):
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+
+        def step():
+            loss = loss_fn(net(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return float(loss)
+        return step
+
+    f32 = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+    if "cnn" in cases:
+        net = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1),
+                            nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(0.25), nn.Flatten(),
+                            nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10))
+        out["cnn"] = stepper(net, nn.functional.cross_entropy, f32(rng.standard_normal((64, 1, 8, 8))),
+                             torch.tensor(rng.integers(0, 10, 64)))
+    if "mlp" in cases:
+        net = nn.Sequential(nn.Linear(10, 128), nn.SiLU(), nn.Dropout(0.1), nn.Linear(128, 128), nn.SiLU(),
+                            nn.Dropout(0.1), nn.Linear(128, 1))
+        out["mlp"] = stepper(net, nn.functional.mse_loss, f32(rng.standard_normal((256, 10))),
+                             f32(rng.standard_normal((256, 1))))
+    if "lstm" in cases:
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm, self.head = nn.LSTM(1, 128, batch_first=True), nn.Linear(128, 1)
+
+            def forward(self, x):
+                return self.head(self.lstm(x)[0][:, -1])
+        out["lstm"] = stepper(Net(), nn.functional.mse_loss, f32(rng.standard_normal((32, 100, 1))),
+                              f32(rng.standard_normal((32, 1))))
+    if "transformer" in cases:
+        class Enc(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList([nn.TransformerEncoderLayer(64, 4, 128, dropout=0.1, batch_first=True)
+                                             for _ in range(2)])
+                self.head = nn.Linear(64, 1)
+
+            def forward(self, x):
+                for l in self.layers:
+                    x = l(x)
+                return self.head(x.mean(1))
+        out["transformer"] = stepper(Enc(), nn.functional.mse_loss, f32(rng.standard_normal((32, 16, 64))),
+                                     f32(rng.standard_normal((32, 1))))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=3, help="steps per round (best kept)")
+    ap.add_argument("--cases", nargs="+", default=["cnn", "mlp", "lstm", "transformer"])
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
+    import numpy as np
+    import sciml as sm
+    sm.init(dtype="float32", seed=0)
+    ours = _sciml_cases(sm, np, args.cases)
+    try:
+        import torch
+        torch.set_num_threads(args.threads)
+        torch.manual_seed(0)
+        theirs = _torch_cases(torch, np, args.cases)
+    except ImportError:
+        theirs = {}
+        print("(torch is not installed: sciml column only; pip install -e '.[bench]')")
+    for f in list(ours.values()) + list(theirs.values()):   # warm-up: compile kernels, allocate
+        f()
+        f()
+    times = {k: ([], []) for k in args.cases}
+    for _ in range(args.rounds):
+        for k in args.cases:
+            times[k][0].append(_best(ours[k], args.steps))
+            if k in theirs:
+                times[k][1].append(_best(theirs[k], args.steps))
+    targets = {"cnn": 1.0, "mlp": 1.0, "lstm": 1.0, "transformer": 1.5}
+    print(f"{'step':<12}{'sciml ms':>10}{'torch ms':>10}{'ratio':>8}{'target':>8}")
+    for k in args.cases:
+        a = 1e3 * float(np.median(times[k][0]))
+        if times[k][1]:
+            b = 1e3 * float(np.median(times[k][1]))
+            print(f"{k:<12}{a:>10.2f}{b:>10.2f}{a / b:>8.2f}{targets[k]:>8.1f}")
+        else:
+            print(f"{k:<12}{a:>10.2f}{'-':>10}{'-':>8}{targets[k]:>8.1f}")
+
+
+if __name__ == "__main__":
+    main()
