@@ -17,6 +17,7 @@ from .autodiff.ops import (abs, add, astype, broadcast_to, clip, concat, cos, di
                            where)
 
 from .autodiff.fuse import fuse
+from .autodiff.ops._util import AxisError
 
 __version__ = "0.1.0"
 float32, float64, int32 = "float32", "float64", "int32"

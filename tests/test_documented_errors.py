@@ -16,7 +16,7 @@ def v3():
     return sm.tensor([1.0, 2.0, 3.0])
 
 
-AXIS = sm.autodiff.ops._util.AxisError
+AXIS = sm.AxisError
 
 ERRORS = [
     # axes: numpy semantics, negative allowed, out of range is an AxisError (a ValueError and an IndexError)
