@@ -88,6 +88,12 @@ class Tensor:
     def __bool__(self):
         return bool(self.item())
 
+    def __index__(self):  # a 0-d int32 Tensor works where Python wants an int (slices, range), as numpy's
+        if self.dtype != "int32" or self.ndim:
+            raise TypeError(f"only 0-d int32 Tensors can be used as a Python index, got dtype {self.dtype} and "
+                            f"shape {self.shape}.")
+        return int(self.item())
+
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
