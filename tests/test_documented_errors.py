@@ -190,6 +190,9 @@ ERRORS = [
     ("hvp-not-tuples", lambda: sm.hvp(lambda a: (a * a).sum(), v3(), v3()), TypeError,
      r"hvp\(f, primals, tangents\): primals and tangents must be tuples"),
     ("jacfwd-chunk", lambda: sm.jacfwd(sm.sin, chunk_size=0)(v3()), ValueError, r"jacfwd: chunk_size=0"),
+    ("jacfwd-chunk-float", lambda: sm.jacfwd(sm.sin, chunk_size=2.5)(v3()), ValueError, r"jacfwd: chunk_size=2.5"),
+    ("jacrev-int-output", lambda: sm.jacrev(lambda a: (a > 1).astype("int32"))(v3()), TypeError,
+     r"jacrev: f returned a Tensor of dtype int32; an integer or bool output has no derivative"),
     ("grad-not-callable", lambda: sm.grad(3), TypeError, r"grad\(f\): f=3 \(int\); expected a function of Tensors"),
     ("hessian-not-callable", lambda: sm.hessian("f"), TypeError, r"hessian\(f\): f='f' \(str\)"),
     # data

@@ -283,6 +283,9 @@ def jacrev(f, argnums=0, has_aux=False):
         out, pull = res[0], res[1]
         if not isinstance(out, Tensor):
             raise TypeError("jacrev: f must return a single Tensor.")
+        if out.dtype not in ("float32", "float64"):
+            raise TypeError(f"jacrev: f returned a Tensor of dtype {out.dtype}; an integer or bool output has no "
+                            "derivative (return floats).")
         jac = []
         if not out.size:  # no rows: an empty Jacobian of shape out.shape + x.shape (as JAX)
             for i in nums:
@@ -398,7 +401,8 @@ def jacfwd(f, argnums=0, has_aux=False, *, chunk_size=None, batched=True):
         from .ops import concat, moveaxis, reshape
         single, nums = _argnums(argnums, len(args), "jacfwd")
         xs = [_to_tensor("jacfwd", args[i]) for i in nums]
-        if chunk_size is not None and (isinstance(chunk_size, bool) or int(chunk_size) < 1):
+        if chunk_size is not None and (not isinstance(chunk_size, (numbers.Integral, np.integer))
+                                       or isinstance(chunk_size, bool) or int(chunk_size) < 1):
             raise ValueError(f"jacfwd: chunk_size={chunk_size!r}; expected a positive int or None.")
 
         def g(*diff):
