@@ -168,7 +168,7 @@ ERRORS = [
     ("at-range", lambda: x23().at[:, 3].add(1.0), IndexError, r"index 3 is out of range for axis 1 with size 3"),
     # transforms
     ("grad-int-input", lambda: sm.grad(lambda a: (a * a).sum())(sm.tensor([1, 2])), TypeError,
-     r"grad \(argument 0\): got a Tensor of dtype int32 to differentiate with respect to; expected float32 or "
+     r"grad: got a Tensor of dtype int32 to differentiate with respect to; expected float32 or "
      r"float64"),
     ("grad-int-output", lambda: sm.grad(lambda a: (a > 0).astype("int32").sum())(v3()), TypeError,
      r"grad\(f\) needs f to return a float scalar, got dtype int32"),
@@ -177,7 +177,7 @@ ERRORS = [
     ("grad-argnums-range", lambda: sm.grad(lambda a: a.sum(), argnums=2)(v3()), ValueError,
      r"grad: argnums=2 but the function got 1 positional argument"),
     ("jacrev-int-input", lambda: sm.jacrev(lambda a: a * 2)(sm.tensor([1, 2])), TypeError,
-     r"jacrev \(argument 0\): got a Tensor of dtype int32"),
+     r"jacrev: got a Tensor of dtype int32"),
     ("jacfwd-int-input", lambda: sm.jacfwd(lambda a: a * 2)(sm.tensor([1, 2])), TypeError,
      r"jacfwd: got a Tensor of dtype int32"),
     ("hessian-int-input", lambda: sm.hessian(lambda a: (a * a).sum())(sm.tensor([1, 2])), TypeError,

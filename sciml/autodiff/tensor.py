@@ -344,6 +344,8 @@ def _shape_arg(shape, name="shape"):
 def _fill_value(name, value, dt):
     """``value`` as the Python number a fill kernel of dtype ``dt`` takes (numpy's casts; NaN, inf
     or out-of-range values for int32 are errors)."""
+    if type(value) is float and dt in ("float32", "float64"):  # noqa: E721 (fast path)
+        return value
     if isinstance(value, Tensor) and value.size == 1:
         value = value.item()
     elif isinstance(value, np.ndarray) and value.size == 1:
