@@ -88,6 +88,12 @@ class Tensor:
     def __bool__(self):
         return bool(self.item())
 
+    def __index__(self):  # a 0-d int32 Tensor works where Python wants an int (slices, range), as numpy's
+        if self.dtype != "int32" or self.ndim:
+            raise TypeError(f"only 0-d int32 Tensors can be used as a Python index, got dtype {self.dtype} and "
+                            f"shape {self.shape}.")
+        return int(self.item())
+
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
@@ -280,11 +286,15 @@ def scalar(v, dtype: str) -> Tensor:
 
 
 def _is_int(v) -> bool:
+    if type(v) is int:  # noqa: E721 (the common case, without isinstance against ABCs: ~2 us here)
+        return True
     return isinstance(v, (numbers.Integral, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 def check_int(name, arg, v, minimum=None):
     """``v`` as a Python int; a bool, float or anything else is a TypeError naming ``arg``."""
+    if type(v) is int and minimum is None:  # noqa: E721
+        return v
     if not _is_int(v):
         raise TypeError(f"{name}: {arg}={v!r} ({type(v).__name__}); expected an integer.")
     v = int(v)
@@ -295,6 +305,9 @@ def check_int(name, arg, v, minimum=None):
 
 def shape_tuple(name, shape, arg="shape"):
     """A shape as a tuple of non-negative ints from an int or a sequence of ints."""
+    if type(shape) is tuple and all(type(s) is int and s >= 0 for s in shape):  # noqa: E721 (fast path)
+        check_size(name, shape)
+        return shape
     if _is_int(shape):
         shape = (shape,)
     elif isinstance(shape, np.ndarray) and shape.ndim == 1:
@@ -319,7 +332,7 @@ MAX_ELEMENTS = 2**31 - 1  # kernels index with int32
 def check_size(name, shape):
     """A ValueError when ``shape`` holds more elements than a kernel can index."""
     n = math.prod(shape)
-    if n > MAX_ELEMENTS:
+    if n > MAX_ELEMENTS:  # (plain ints: no overflow in Python)
         raise ValueError(f"{name}: shape {tuple(shape)} holds {n} elements; sciml kernels index with int32, so at "
                          f"most {MAX_ELEMENTS} elements per Tensor.")
 
@@ -331,6 +344,8 @@ def _shape_arg(shape, name="shape"):
 def _fill_value(name, value, dt):
     """``value`` as the Python number a fill kernel of dtype ``dt`` takes (numpy's casts; NaN, inf
     or out-of-range values for int32 are errors)."""
+    if type(value) is float and dt in ("float32", "float64"):  # noqa: E721 (fast path)
+        return value
     if isinstance(value, Tensor) and value.size == 1:
         value = value.item()
     elif isinstance(value, np.ndarray) and value.size == 1:

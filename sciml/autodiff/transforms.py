@@ -50,13 +50,6 @@ def _check_callable(where, f):
         raise TypeError(f"{where}(f): f={f!r} ({type(f).__name__}); expected a function of Tensors.")
 
 
-def _check_diff_args(where, args, nums):
-    for i in nums:
-        for leaf in flatten(args[i])[0]:
-            if isinstance(leaf, Tensor):  # other leaves: vjp's own error
-                _to_tensor(f"{where} (argument {i})", leaf)
-
-
 def _watch(x: Tensor) -> Tensor:
     """A new tape entry for ``x``: a leaf if ``x`` is off the tape, else an identity node after it,
     so gradients are taken w.r.t. this use of x only (correct nesting)."""
@@ -87,7 +80,7 @@ def _argnums(argnums, nargs, where):
     return single, tuple(a % nargs for a in nums)
 
 
-def vjp(f, *primals, has_aux=False):
+def vjp(f, *primals, has_aux=False, _where="vjp"):
     """Value of ``f(*primals)`` and a function mapping output cotangents to input cotangents.
 
     Returns:
@@ -102,7 +95,7 @@ def vjp(f, *primals, has_aux=False):
         flat, defs, watched = [], [], []
         for p in primals:
             leaves, td = flatten(p)
-            w = [_watch(_to_tensor("vjp", l)) for l in leaves]
+            w = [_watch(_to_tensor(_where, l) if isinstance(l, Tensor) else _to_tensor("vjp", l)) for l in leaves]
             watched.append(w)
             defs.append(td)
         args = [unflatten(td, w) for td, w in zip(defs, watched)]
@@ -159,14 +152,13 @@ def value_and_grad(f, argnums=0, has_aux=False):
     @functools.wraps(f)
     def wrapped(*args, **kwargs):
         single, nums = _argnums(argnums, len(args), "grad")
-        _check_diff_args("grad", args, nums)
 
         def g(*diff):
             full = list(args)
             for i, d in zip(nums, diff):
                 full[i] = d
             return f(*full, **kwargs)
-        out = vjp(g, *[args[i] for i in nums], has_aux=has_aux)
+        out = vjp(g, *[args[i] for i in nums], has_aux=has_aux, _where="grad")
         value, pull = out[0], out[1]
         if not isinstance(value, Tensor):
             raise TypeError(f"grad(f) needs f to return a scalar Tensor, got {type(value).__name__}.")
@@ -272,17 +264,19 @@ def jacrev(f, argnums=0, has_aux=False):
     @functools.wraps(f)
     def wrapped(*args):
         single, nums = _argnums(argnums, len(args), "jacrev")
-        _check_diff_args("jacrev", args, nums)
 
         def g(*diff):
             full = list(args)
             for i, d in zip(nums, diff):
                 full[i] = d
             return f(*full)
-        res = vjp(g, *[args[i] for i in nums], has_aux=has_aux)
+        res = vjp(g, *[args[i] for i in nums], has_aux=has_aux, _where="jacrev")
         out, pull = res[0], res[1]
         if not isinstance(out, Tensor):
             raise TypeError("jacrev: f must return a single Tensor.")
+        if out.dtype not in ("float32", "float64"):
+            raise TypeError(f"jacrev: f returned a Tensor of dtype {out.dtype}; an integer or bool output has no "
+                            "derivative (return floats).")
         jac = []
         if not out.size:  # no rows: an empty Jacobian of shape out.shape + x.shape (as JAX)
             for i in nums:
@@ -398,7 +392,8 @@ def jacfwd(f, argnums=0, has_aux=False, *, chunk_size=None, batched=True):
         from .ops import concat, moveaxis, reshape
         single, nums = _argnums(argnums, len(args), "jacfwd")
         xs = [_to_tensor("jacfwd", args[i]) for i in nums]
-        if chunk_size is not None and (isinstance(chunk_size, bool) or int(chunk_size) < 1):
+        if chunk_size is not None and (not isinstance(chunk_size, (numbers.Integral, np.integer))
+                                       or isinstance(chunk_size, bool) or int(chunk_size) < 1):
             raise ValueError(f"jacfwd: chunk_size={chunk_size!r}; expected a positive int or None.")
 
         def g(*diff):

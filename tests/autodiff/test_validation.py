@@ -197,3 +197,26 @@ def test_indexing_on_vulkan():
     r = subprocess.run([sys.executable, os.path.join(here, "vulkan_indexing_check.py")], capture_output=True,
                        text=True, env=env, timeout=600)
     assert r.returncode == 0 and "OK vulkan indexing" in r.stdout, (r.stdout + r.stderr)[-4000:]
+
+
+def test_forward_and_reverse_jacobians_agree_through_indexing():
+    """jacfwd pushes batched tangents through take / scatter_add / where (their batching rules)."""
+    rng = np.random.default_rng(3)
+    x = sm.tensor(rng.normal(size=(3, 4)), "float64")
+
+    def f(x):
+        y = x.at[[0, 2, 0], [1, 3, 1]].multiply(x[1, :3])
+        return sm.take_along_axis(y, np.array([[3, 0], [1, 1], [2, 0]]), 1) * y[y.numpy() > 0].sum()
+    np.testing.assert_allclose(sm.jacfwd(f)(x).numpy(), sm.jacrev(f)(x).numpy(), rtol=1e-12, atol=1e-12)
+    h = sm.hessian(lambda x: (x[:, [0, 2]] ** 3).sum() + (x.at[1].max(0.5) ** 2).sum())(x).numpy()
+    check = np.zeros((3, 4, 3, 4))
+    a = x.numpy()
+    for i in range(3):
+        for j in (0, 2):
+            check[i, j, i, j] += 6 * a[i, j]
+    for j in range(4):
+        check[1, j, 1, j] += 2.0 if a[1, j] > 0.5 else 0.0
+    for i in (0, 2):
+        for j in range(4):
+            check[i, j, i, j] += 2.0
+    np.testing.assert_allclose(h, check, rtol=1e-12, atol=1e-12)

@@ -83,7 +83,7 @@ class AxisError(ValueError, IndexError):
 def one_axis(name, axis, ndim, arg="axis", of=None):
     """One axis in ``[-ndim, ndim)`` as a non-negative int (numpy semantics). ``of`` describes the
     Tensor in the message (default: "a Tensor with {ndim} dimension(s)")."""
-    a = check_int(name, arg, axis)
+    a = axis if type(axis) is int else check_int(name, arg, axis)  # noqa: E721
     if not -ndim <= a < ndim:
         raise AxisError(f"{name}: {arg} {a} is out of range for {of or f'a Tensor with {ndim} dimension(s)'} "
                         f"(expected {-ndim} <= {arg} < {ndim}).")
@@ -95,6 +95,8 @@ def norm_axis(name, axis, ndim):
     ``[-ndim, ndim)``, without repeats (numpy semantics; a 0-d Tensor has no axis 0)."""
     if axis is None:
         return tuple(range(ndim))
+    if type(axis) is int and -ndim <= axis < ndim:  # noqa: E721 (fast path)
+        return (axis % ndim,)
     if isinstance(axis, (list, tuple)):
         axes = tuple(axis)
     elif _is_int(axis):
