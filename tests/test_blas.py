@@ -7,7 +7,7 @@ import sciml as sm
 from sciml.kernels import blas, linalg
 
 
-_MISSING = {"mkl": "MKL not installed (a dependency on Linux x86-64 only)",
+_MISSING = {"mkl": "MKL not installed (optional: pip install \"sciml[mkl]\")",
             "openblas": "numpy's bundled OpenBLAS not found (numpy 2.x wheels ship numpy.libs/libscipy_openblas64_)"}
 
 
