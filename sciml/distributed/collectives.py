@@ -3,6 +3,8 @@
 Leaves may be sciml Tensors, numpy arrays or Python numbers; the result has the same structure and
 leaf types. On CPU a Tensor's buffer is a numpy array, so packing is one memcpy per leaf and the
 results are views into the reduced buffer (no further copy); on devices buffers go through the host.
+With one process, ``all_reduce`` and ``broadcast`` only check the leaf types and return the tree
+itself: no host copy, no upload, no kernel launch.
 """
 from __future__ import annotations
 
