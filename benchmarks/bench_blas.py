@@ -22,6 +22,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import _arch  # noqa: E402
 from benchmarks import peers  # noqa: E402
 
 B = 256
@@ -34,7 +35,7 @@ W1_GEMMS = [(B, 512, 784, False, False), (B, 512, 512, False, False), (B, 10, 51
 def gemm_rows(repeat, rounds=5):
     import sciml as sm
     from sciml.kernels import blas, linalg
-    sm.init(arch="cpu", dtype="float32")
+    sm.init(arch=_arch.ARCH, dtype="float32")
     rng = np.random.default_rng(0)
     bufs = [(rng.standard_normal(m * k).astype(np.float32), rng.standard_normal(k * n).astype(np.float32),
              np.empty(m * n, np.float32), m, n, k, ta, tb) for m, n, k, ta, tb in W1_GEMMS]
@@ -77,7 +78,7 @@ def gemm_rows(repeat, rounds=5):
 def launch_rows(repeat):
     import sciml as sm
     from sciml.kernels import _common as C
-    sm.init(arch="cpu", dtype="float32")
+    sm.init(arch=_arch.ARCH, dtype="float32")
     rng = np.random.default_rng(0)
     res = []
     for op in ("relu", "tanh"):
@@ -101,7 +102,7 @@ def vector_rows(repeat, rounds=5):
     import sciml as sm
     from sciml.kernels import elementwise as E
     from sciml.kernels import rows as R
-    sm.init(arch="cpu", dtype="float32")
+    sm.init(arch=_arch.ARCH, dtype="float32")
     rng = np.random.default_rng(0)
     cases = []
     for n in (131072, 328704):
@@ -136,7 +137,9 @@ def vector_rows(repeat, rounds=5):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=60)
+    _arch.add_argument(ap)
     a = ap.parse_args(argv)
+    _arch.use(a.arch)
     from sciml.kernels import blas
     res = gemm_rows(a.repeat)
     print(peers.format_table(res, f"W1's 8 GEMMs, float32 (sciml BLAS: {blas.name()})"))

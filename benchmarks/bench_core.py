@@ -21,6 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import _arch  # noqa: E402
 from benchmarks import peers  # noqa: E402
 from benchmarks.peers import common as PC  # noqa: E402
 
@@ -273,9 +274,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repeats, skip 1024^2")
     p.add_argument("--repeat", type=int, default=15)
+    _arch.add_argument(p)
     args = p.parse_args(argv)
+    _arch.use(args.arch)
     import sciml as sm
-    sm.init(arch="cpu", dtype="float32")
+    sm.init(arch=_arch.ARCH, dtype="float32")
     import taichi as ti
     repeat = 5 if args.quick else args.repeat
     T = Table()
@@ -284,7 +287,7 @@ def main(argv=None):
     matmul(sm, T, repeat, MM_SHAPES[:2] + MM_SHAPES[3:] if args.quick else MM_SHAPES)
     curvature(sm, T, repeat)
     env = peers.env_info()
-    print(f"sciml core benchmark: arch=cpu float32, taichi {'.'.join(map(str, ti.__version__))}, "
+    print(f"sciml core benchmark: arch={_arch.ARCH} float32, taichi {'.'.join(map(str, ti.__version__))}, "
           f"numpy {np.__version__}, torch {env.get('torch', '-')}, jax {env.get('jax', '-')}, "
           f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
           f"OPENBLAS_CORETYPE={'unset' if env['OPENBLAS_CORETYPE'] is None else env['OPENBLAS_CORETYPE']}")

@@ -36,6 +36,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from benchmarks import _arch  # noqa: E402
 
 
 def _w1(sm, dist, scale):
@@ -94,7 +95,7 @@ def worker(args):
     import sciml.distributed as dist
     dist.init(threads=None if args.threads == "default" else args.threads if args.threads == "auto"
               else int(args.threads))  # before sm.init: sets the threads per rank
-    sm.init(arch="cpu", dtype="float32")
+    sm.init(arch=_arch.ARCH, dtype="float32")
     out = {"ranks": dist.world_size(), "threads": sm.runtime.num_threads()}
     for name, build in (("W1", _w1), ("W2", _w2)):
         if args.only and name != args.only:
@@ -171,7 +172,7 @@ def _launch_one(args, mpirun, env, n, threads, bind):
         path = os.path.join(tmp, "out.json")
         cmd = [mpirun, "-np", str(n), *bind, *args.mpi_args.split(), sys.executable, os.path.abspath(__file__),
                "--worker", "--json", path, "--repeat", str(args.repeat), "--warmup", str(args.warmup),
-               "--threads", threads]
+               "--threads", threads, "--arch", args.arch]
         if args.only:
             cmd += ["--only", args.only]
         print("$ " + " ".join(cmd), file=sys.stderr)
@@ -218,7 +219,9 @@ def main():
     p.add_argument("--threads", default="auto", help="threads per rank: auto (cores / ranks per machine), "
                    "default (Taichi's and the BLAS's own: one per core in every rank) or a number")
     p.add_argument("--mpi-args", default="", help="extra mpirun arguments, e.g. '--bind-to none'")
+    _arch.add_argument(p)
     args = p.parse_args()
+    _arch.use(args.arch)
     if args.worker:
         worker(args)
     else:

@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from benchmarks import _arch  # noqa: E402
 
 SIZES = [(784, 512), (512,), (512, 512), (512,), (512, 10), (10,)]
 
@@ -36,12 +37,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--opt", nargs="+", default=["adam", "sgd", "rmsprop", "adagrad"])
+    _arch.add_argument(ap)
     args = ap.parse_args(argv)
+    _arch.use(args.arch)
     import sciml as sm
     from sciml.kernels import optim as K
     from sciml.models import Parameter
     from sciml import optim
-    sm.init(arch="cpu", dtype="float32")
+    sm.init(arch=_arch.ARCH, dtype="float32")
     rng = np.random.default_rng(0)
     p0 = [rng.standard_normal(s).astype(np.float32) * 0.05 for s in SIZES]
     g0 = [rng.standard_normal(s).astype(np.float32) * 0.01 for s in SIZES]

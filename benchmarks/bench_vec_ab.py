@@ -12,6 +12,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import _arch  # noqa: E402
 from benchmarks import bench_w4, peers  # noqa: E402
 
 
@@ -36,7 +37,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--batch", type=int, default=3, help="calls per timed batch")
+    _arch.add_argument(ap)
     a = ap.parse_args(argv)
+    _arch.use(a.arch)
     from sciml.kernels import elementwise as E
     cases = _collect()
     res = {(n, v): [] for n, _ in cases for v in (True, False)}

@@ -21,6 +21,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import sciml as sm  # noqa: E402
+from benchmarks import _arch  # noqa: E402
 from benchmarks import peers  # noqa: E402
 from benchmarks.peers import common as C  # noqa: E402
 
@@ -142,9 +143,11 @@ def main(argv=None):
     ap.add_argument("--blas-threads", type=int, default=None,
                     help="limit numpy's BLAS threads (threadpoolctl) for sciml's run; default: as configured")
     ap.add_argument("--eager", action="store_true", help="sciml's value_and_grad without sciml.jit")
+    _arch.add_argument(ap)
     args = ap.parse_args(argv)
+    _arch.use(args.arch)
     _JIT[0] = not args.eager
-    sm.init(dtype="float32")
+    sm.init(arch=_arch.ARCH, dtype="float32")
     if args.interleaved:
         return interleaved(args.interleaved)
     with _blas_limit(args.blas_threads):  # sciml's run only; the peers keep their own thread settings
@@ -158,7 +161,7 @@ def main(argv=None):
     for r in results[1:]:
         key = "torch" if "torch" in r["name"] else "jax"
         results[0][f"ratio_vs_{key}"] = ours / r["median_s"]
-    print(peers.format_table(results + extra, title="W1: MLP 784-512-512-10 training step (fwd+bwd+Adam), batch 256, f32"))
+    print(peers.format_table(results + extra, title=f"W1: MLP 784-512-512-10 training step (fwd+bwd+Adam), batch 256, f32, {_arch.label()}"))
     for r in results[1:]:
         if "loss0" in r:
             print(f"loss0 check: sciml {results[0]['loss0']:.6f} vs {r['name']} {r['loss0']:.6f}")

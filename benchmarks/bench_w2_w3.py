@@ -26,13 +26,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import _arch  # noqa: E402
 from benchmarks import peers  # noqa: E402
 from benchmarks.peers import common as PC  # noqa: E402
 
 
 def _setup():
     import sciml as sm
-    sm.init(arch="cpu", dtype="float32")
+    sm.init(arch=_arch.ARCH, dtype="float32")
     return sm
 
 
@@ -207,7 +208,9 @@ def main(argv=None):
     ap.add_argument("--only", choices=["W2", "W3"], default=None)
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-cpu", action="store_true", help="skip the one-thread CPU-time comparison")
+    _arch.add_argument(ap)
     a = ap.parse_args(argv)
+    _arch.use(a.arch)
     work = [w for w in ("W2", "W3") if a.only in (None, w)]
     tp = None if a.no_peers else peers.load_peer("torch")
     jp = None if a.no_peers else peers.load_peer("jax")
@@ -251,7 +254,7 @@ def main(argv=None):
                            f"({bp['median_s'] / r['median_s']:.2f}x faster); loss0 sciml {loss0:.6g} / peer "
                            f"{bp.get('loss0', float('nan')):.6g}, |grad0| sciml {g0:.6g} / peer "
                            f"{bp.get('grad_norm0', float('nan')):.6g}")
-    print(peers.format_table(results, "W2/W3 PINN training step (CPU, float32)"))
+    print(peers.format_table(results, f"W2/W3 PINN training step ({_arch.label()}, float32)"))
     print()
     for line in details + summary:
         print(line)

@@ -23,13 +23,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import _arch  # noqa: E402
 from benchmarks import peers  # noqa: E402
 from benchmarks.peers import common as PC  # noqa: E402
 
 
 def _sm():
     import sciml as sm
-    sm.init(arch="cpu", dtype="float32")
+    sm.init(arch=_arch.ARCH, dtype="float32")
     return sm
 
 
@@ -130,7 +131,9 @@ def main(argv=None):
     ap.add_argument("--only", choices=["W4a", "W4b"])
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-baselines", action="store_true", help="skip the per-basis-vector Hessian paths")
+    _arch.add_argument(ap)
     a = ap.parse_args(argv)
+    _arch.use(a.arch)
     res = []
     tp = None if a.no_peers else peers.load_peer("torch")
     jp = None if a.no_peers else peers.load_peer("jax")
@@ -146,7 +149,7 @@ def main(argv=None):
             res.append(tp.torch_w4b_hessian(repeat=a.repeat))
         if jp is not None:
             res.append(jp.jax_w4b_hessian(repeat=a.repeat))
-    print(peers.format_table(res, "W4: HVP of the W1 MLP loss (a) and full 321x321 Hessian (b), float32, CPU"))
+    print(peers.format_table(res, f"W4: HVP of the W1 MLP loss (a) and full 321x321 Hessian (b), float32, {_arch.label()}"))
     for key in ("W4a", "W4b"):
         mine = [r for r in res if r["name"].startswith("sciml/" + key)]
         torch_ = [r for r in res if r["name"].startswith("torch/" + key)]

@@ -17,6 +17,7 @@ import tracemalloc
 
 import numpy as np
 
+from benchmarks import _arch  # noqa: E402
 from benchmarks import peers
 from benchmarks.peers import common as C
 
@@ -119,9 +120,11 @@ def main(argv=None):
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--auto-rule", action="store_true", help="only: fused vs per-step path at 65K-1M cells")
+    _arch.add_argument(ap)
     args = ap.parse_args(argv)
+    _arch.use(args.arch)
     import sciml as sm
-    sm.init(arch="cpu", dtype="float64")
+    sm.init(arch=_arch.ARCH, dtype="float64")
     import taichi as ti
     if args.auto_rule:
         print(f"{'cells':>9} {'steps':>6} {'fused ms':>9} {'per_step ms':>12} {'max |grad diff|':>16}")

@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import _arch  # noqa: E402
 from benchmarks import peers  # noqa: E402
 from benchmarks.peers import common as PC  # noqa: E402
 
@@ -33,7 +34,7 @@ GTOL = 1e-6
 
 def _sm():
     import sciml as sm
-    sm.init(arch="cpu", dtype="float64")
+    sm.init(arch=_arch.ARCH, dtype="float64")
     return sm
 
 
@@ -134,7 +135,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-peers", action="store_true")
+    _arch.add_argument(ap)
     a = ap.parse_args(argv)
+    _arch.use(a.arch)
     res = run_sciml(a.repeat)
     if not a.no_peers:
         tp = peers.load_peer("torch")
@@ -144,7 +147,7 @@ def main(argv=None):
         if npp is not None:
             for m in ("L-BFGS-B", "Newton-CG"):
                 res.append(npp.scipy_w6_rosenbrock(m, repeat=a.repeat))
-    print(peers.format_table(res, "W6: 100-D Rosenbrock, float64, to ||grad||_2 < 1e-6 (CPU)"))
+    print(peers.format_table(res, f"W6: 100-D Rosenbrock, float64, to ||grad||_2 < 1e-6 ({_arch.label()})"))
     torch_t = [r["median_s"] for r in res if r["name"].startswith("torch")]
     family = {"lbfgs": ("torch/W6_rosenbrock100_lbfgs", "scipy/W6_rosenbrock100_L-BFGS-B"),
               "newton_cg": ("scipy/W6_rosenbrock100_Newton-CG",)}

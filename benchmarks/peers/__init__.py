@@ -62,6 +62,9 @@ _preload_torch()
 # --------------------------------------------------------------------------
 # timing
 # --------------------------------------------------------------------------
+SYNC = None  # set by benchmarks._arch.use for device archs: called after warm-up and each timed batch
+
+
 def timeit_samples(fn, warmup=3, repeat=20, number=1):
     """Call ``fn()`` ``warmup`` times, then time ``repeat`` batches of
     ``number`` calls. Returns the list of per-call seconds (one per batch).
@@ -69,14 +72,17 @@ def timeit_samples(fn, warmup=3, repeat=20, number=1):
     ``fn`` must block until its work is done (e.g. ``block_until_ready`` for
     JAX); that is the caller's job.
     """
+    sync = SYNC or (lambda: None)
     for _ in range(warmup):
         fn()
+    sync()
     out = []
     pc = time.perf_counter
     for _ in range(repeat):
         t0 = pc()
         for _ in range(number):
             fn()
+        sync()
         out.append((pc() - t0) / number)
     return out
 

@@ -3,6 +3,8 @@
 Leaves may be sciml Tensors, numpy arrays or Python numbers; the result has the same structure and
 leaf types. On CPU a Tensor's buffer is a numpy array, so packing is one memcpy per leaf and the
 results are views into the reduced buffer (no further copy); on devices buffers go through the host.
+With one process, ``all_reduce`` and ``broadcast`` only check the leaf types and return the tree
+itself: no host copy, no upload, no kernel launch.
 """
 from __future__ import annotations
 
@@ -19,20 +21,31 @@ from . import comm
 OPS = ("mean", "sum", "max", "min")
 
 
-def _host(leaf, where):
-    """(flat numpy view, kind, shape, dtype-name) of one leaf."""
+def _check_leaf(leaf, where):
+    """Raise a clear TypeError for a leaf that collectives cannot carry; reads no data (so a
+    single-process call touches no device buffer)."""
     if isinstance(leaf, Tensor):
         if leaf.dtype == "bool":
             raise TypeError(f"{where}: got a bool Tensor of shape {leaf.shape}; expected float or int32 Tensors.")
-        return backend.to_numpy(leaf._buf, (leaf.size,), leaf.dtype), "tensor", leaf.shape, leaf.dtype
+        return
     if isinstance(leaf, np.ndarray):
         if leaf.dtype.kind not in "fiu":
             raise TypeError(f"{where}: got a numpy array of dtype {leaf.dtype}; expected a numeric array.")
-        return np.ascontiguousarray(leaf).reshape(-1), "array", leaf.shape, leaf.dtype
+        return
     if isinstance(leaf, numbers.Real) and not isinstance(leaf, bool):
-        return np.asarray([leaf], np.float64), ("int" if isinstance(leaf, numbers.Integral) else "float"), (), None
+        return
     raise TypeError(f"{where}: got a leaf of type {type(leaf).__name__}; expected sciml Tensors, numpy arrays or "
                     "numbers (in nested dicts / lists / tuples).")
+
+
+def _host(leaf, where):
+    """(flat numpy view, kind, shape, dtype-name) of one leaf (on a device: a host copy)."""
+    _check_leaf(leaf, where)
+    if isinstance(leaf, Tensor):
+        return backend.to_numpy(leaf._buf, (leaf.size,), leaf.dtype), "tensor", leaf.shape, leaf.dtype
+    if isinstance(leaf, np.ndarray):
+        return np.ascontiguousarray(leaf).reshape(-1), "array", leaf.shape, leaf.dtype
+    return np.asarray([leaf], np.float64), ("int" if isinstance(leaf, numbers.Integral) else "float"), (), None
 
 
 def _rebuild(view, kind, shape, dtype):
@@ -79,9 +92,11 @@ def all_reduce(tree, op: str = "mean", weight: float | None = None):
     if weight is not None and not (isinstance(weight, numbers.Real) and weight >= 0):
         raise ValueError(f"all_reduce(weight=...): got {weight!r}; expected a non-negative number.")
     leaves, td = flatten(tree)
-    hosts = [_host(leaf, "all_reduce") for leaf in leaves]
-    if comm.world_size() == 1:
+    for leaf in leaves:
+        _check_leaf(leaf, "all_reduce")
+    if comm.world_size() == 1:  # nothing to reduce: no host copy, no upload, no launch
         return tree
+    hosts = [_host(leaf, "all_reduce") for leaf in leaves]
     f32 = all(h[1] == "tensor" and h[3] == "float32" or h[1] == "array" and h[3] == np.float32 for h in hosts)
     dtype = np.float32 if f32 and hosts else np.float64
     sizes = [h[0].size for h in hosts]
@@ -134,9 +149,11 @@ def broadcast(tree, root: int = 0):
     if not (isinstance(root, numbers.Integral) and 0 <= root < size):
         raise ValueError(f"broadcast(root=...): got {root!r}; expected a rank in 0..{size - 1}.")
     leaves, td = flatten(tree)
-    hosts = [_host(leaf, "broadcast") for leaf in leaves]
-    if size == 1:
+    for leaf in leaves:
+        _check_leaf(leaf, "broadcast")
+    if size == 1:  # nothing to send: no host copy
         return tree
+    hosts = [_host(leaf, "broadcast") for leaf in leaves]
     sig = np.array([_signature(hosts), sum(v.nbytes for v, *_ in hosts)], np.int64)
     theirs = comm.bcast_buffer(sig.copy(), root, "broadcast (structure check)")
     if not np.array_equal(theirs, sig):

@@ -1,0 +1,134 @@
+"""Count launches, host reads and uploads per step on a device arch (run by tests/test_launch_budget.py).
+
+    SCIML_ARCH=vulkan python tests/launch_budget_check.py      # prints one JSON line: {scenario: counts}
+
+Scenarios (small sizes, float32; counts of a step after two warm-up steps):
+  w2_step       a W2-like fused PINN step: ``value_and_grad`` of a Burgers residual + boundary loss
+                through ``pinn.fused.mlp_derivatives`` (2-32-32-32-32-1, 300 points) and ``Adam.step``
+  solve_adam    ``pinn.solve`` on Burgers (soft conditions, 300 points), Adam: per step, as the
+                difference of a 5-step and a 2-step run (log lines are outside both)
+  lbfgs_iter    ``pinn.solve`` with ``LBFGS(history=3)``: the largest per-iteration counts over
+                iterations with one function evaluation, once the history is full
+  all_reduce    ``distributed.all_reduce`` of a Tensor pytree with one process
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sciml as sm  # noqa: E402
+
+sm.init(arch=os.environ.get("SCIML_ARCH", "vulkan"), dtype="float32", seed=0)
+import launch_count  # noqa: E402
+
+launch_count.install()
+POINTS = 300
+SIZES = [2, 32, 32, 32, 32, 1]
+
+
+def _burgers(hard=False):
+    from sciml.pinn import Dirichlet, Initial, Interval, Problem, TimeInterval, d
+    nu = 0.01 / np.pi
+    domain = Interval(-1, 1) * TimeInterval(0, 1)
+
+    def residual(u, x, t):
+        return d(u, t) + u * d(u, x) - nu * d(u, x, x)
+    return Problem(domain, residual, conditions=[Dirichlet(0.0, on="boundary", hard=hard),
+                                                 Initial(lambda x: -np.sin(np.pi * x), hard=hard)])
+
+
+def w2_step():
+    from sciml.models import MLP
+    from sciml.optim import Adam
+    from sciml.pinn import fused
+    rng = np.random.default_rng(0)
+    ni = POINTS
+    X = sm.tensor(rng.uniform(-1, 1, (ni + 60, 2)).astype(np.float32))
+    target = sm.tensor(rng.standard_normal((60, 1)).astype(np.float32))
+    net = MLP(SIZES, activation=sm.tanh, seed=0)
+    ps = list(net.parameters())
+    nu = 0.01 / np.pi
+    derivs = [(), (0,), (1,), (0, 0)]
+
+    def loss_fn(*p):
+        layers = [(p[2 * k], p[2 * k + 1]) for k in range(len(p) // 2)]
+        r = fused.mlp_derivatives(layers, sm.tanh, X, derivs)
+        u, ux, ut, uxx = r[()], r[(0,)], r[(1,)], r[(0, 0)]
+        res = ut[:ni] + u[:ni] * ux[:ni] - nu * uxx[:ni]
+        e = u[ni:] - target
+        return (res * res).mean() + 2.0 * (e * e).mean()
+
+    vg = sm.value_and_grad(loss_fn, argnums=tuple(range(len(ps))))
+    opt = Adam(ps, lr=1e-3)
+    for _ in range(2):
+        loss, g = vg(*ps)
+        opt.step(list(g))
+    float(loss)
+    with launch_count.counting() as c:
+        loss, g = vg(*ps)
+        opt.step(list(g))
+    return dict(c)
+
+
+def solve_adam():
+    from sciml.models import MLP
+    from sciml.optim import Adam
+    from sciml.pinn import solve
+    problem = _burgers()
+    kw = dict(points=POINTS, verbose=False, progress=False, log_every=10 ** 9)
+    solve(problem, MLP(SIZES, activation=sm.tanh, seed=0), stages=[(Adam(lr=1e-3), 2)], **kw)  # compiles
+    runs = {}
+    for steps in (2, 5):
+        with launch_count.counting() as c:
+            solve(problem, MLP(SIZES, activation=sm.tanh, seed=0), stages=[(Adam(lr=1e-3), steps)], **kw)
+        runs[steps] = c
+    return {k: (runs[5][k] - runs[2][k]) / 3 for k in runs[5]}
+
+
+def lbfgs_iter():
+    from sciml.models import MLP
+    from sciml.optim import LBFGS
+    from sciml.pinn import solve
+    problem = _burgers()
+    rows = []
+
+    def cb(info):
+        rows.append((info.nfev, collections_snapshot()))
+        return False
+    kw = dict(points=POINTS, verbose=False, progress=False, log_every=10 ** 9)
+    # one run: its first iterations compile (and are skipped below); the history is full from the 4th
+    solve(problem, MLP(SIZES, activation=sm.tanh, seed=0), stages=[(LBFGS(history=3, callback=cb), 8)], **kw)
+    worst = {}
+    for i, ((f0, s0), (f1, s1)) in enumerate(zip(rows, rows[1:])):
+        if f1 - f0 != 1 or i < 3:  # one evaluation, history full
+            continue
+        for k in ("launch", "read", "upload", "alloc"):
+            worst[k] = max(worst.get(k, 0), s1[k] - s0[k])
+    worst["iterations"] = sum(1 for (f0, _), (f1, _) in list(zip(rows, rows[1:]))[3:] if f1 - f0 == 1)
+    return worst
+
+
+def collections_snapshot():
+    return dict(launch_count.TOTAL)
+
+
+def all_reduce():
+    from sciml import distributed as dist
+    tree = {"w": sm.tensor(np.ones((4, 3), np.float32)), "b": [sm.tensor(np.zeros(3, np.float32)), 2.0]}
+    sm.tensor(np.ones(2, np.float32)).sum()  # anything lazy settles outside the count
+    with launch_count.counting() as c:
+        out = dist.all_reduce(tree)
+        dist.broadcast(tree)
+    assert out is tree
+    return dict(c)
+
+
+if __name__ == "__main__":
+    which = sys.argv[1:] or ["w2_step", "solve_adam", "lbfgs_iter", "all_reduce"]
+    res = {"arch": sm.arch()}
+    for name in which:
+        res[name] = globals()[name]()
+    print("COUNTS " + json.dumps(res))
