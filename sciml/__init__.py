@@ -16,6 +16,7 @@ from .autodiff.ops import (abs, add, astype, broadcast_to, clip, concat, cos, di
                            squeeze, stack, sub, sum, take, tanh, transpose, unsqueeze, var, where)
 
 from .autodiff.fuse import fuse
+from .autodiff.jit import ConcretizationError
 
 __version__ = "0.1.0"
 float32, float64, int32 = "float32", "float64", "int32"

@@ -81,22 +81,22 @@ _HOW = {"__float__": "float(t)", "__int__": "int(t)", "__bool__": "bool(t) (an `
 
 
 def _where_read():
-    """(how, 'file:line in fn: source') of the host read in progress: the Tensor method that read
-    (``float(t)``, ``t.numpy()``) and the first frame outside sciml that caused it."""
-    how, where = None, None
+    """(how, tensor, 'file:line in fn: source') of the host read in progress: the outermost Tensor
+    method that read (``float(t)``, ``t.numpy()``), its Tensor, and the first frame outside sciml."""
+    how = tensor = where = None
     f = sys._getframe(2)
     while f is not None:
         fn = f.f_code.co_filename
         if fn.startswith(_SCIML_DIR):
-            if how is None and fn.endswith("tensor.py") and f.f_code.co_name in _HOW:
-                how = _HOW[f.f_code.co_name]
+            if fn.endswith("tensor.py") and f.f_code.co_name in _HOW:
+                how, tensor = _HOW[f.f_code.co_name], f.f_locals.get("self")
         else:
             import linecache
             line = linecache.getline(fn, f.f_lineno).strip()
             where = f"{fn}:{f.f_lineno} in {f.f_code.co_name}" + (f": `{line}`" if line else "")
             break
         f = f.f_back
-    return how or "a host read (t.numpy())", where
+    return how or "a host read (t.numpy())", tensor if isinstance(tensor, Tensor) else None, where
 
 
 def _root(a):
@@ -166,7 +166,9 @@ class _Recorder:
     def host_read(self, buf, shape=None, dtype=None):
         if self._other() or id(_root(buf)) not in self.dynamic:
             return
-        how, where = _where_read()
+        how, t, where = _where_read()
+        if t is not None:
+            shape, dtype = t.shape, t.dtype
         what = f"a traced Tensor (shape {tuple(shape)}, {dtype})" if shape is not None else "a traced Tensor"
         self.fail(f"concretization error: {how} reads the value of {what} computed from the inputs" +
                   (f", at {where}" if where else "") + ". It reads a value computed from the inputs on the host; "
