@@ -143,12 +143,12 @@ def _make_fast(fl, args):
         key = prim.ensure_compiled(*args)
         tk = prim.compiled_kernels[key]
         prog = impl.get_runtime().prog
-        env.update(mk=tk.make_launch_context, launch=prog.launch_kernel,
+        env.update(mk=tk.make_launch_context, launch=runtime.unlocked(prog.launch_kernel), LOCK=LOCK,
                    ckd=prog.compile_kernel(prog.config(), prog.get_device_caps(), tk))
         names = ", ".join(f"a{i}" for i in range(len(args)))
         guard = " or ".join(checks) or "False"  # anything unexpected: Taichi's own call (and its errors)
         src = (f"def fast({names}):\n    if {guard}:\n        return slow({names})\n    c = mk()\n"
-               + "\n".join(lines) + "\n    launch(ckd, c)\n")
+               + "\n".join(lines) + "\n    with LOCK:\n        launch(ckd, c)\n")  # the raw launch, one lock
         exec(src, env)  # noqa: S102 - generated from the kernel's own annotations
         fl.spec = (tk.make_launch_context, prog.launch_kernel, env["ckd"], tuple(kinds))
         return env["fast"]
