@@ -29,6 +29,7 @@ from .autodiff.control import fori_loop, scan, while_loop
 from .autodiff.vmap import vmap
 from . import fft, linalg, random, tree_util  # noqa: E402  (sm.linalg.solve, sm.random.normal, ...)
 from .autodiff.ops._util import AxisError
+from .autodiff.jit import ConcretizationError
 
 __version__ = "0.1.0"
 float32, float64, int32 = "float32", "float64", "int32"

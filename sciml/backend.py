@@ -15,6 +15,7 @@ NP_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "b
 _TI = {}
 TRACE: list = [None]  # the recorder of sciml.jit while it traces (sciml/autodiff/jit.py), else None
 _meta_cache: dict = {}
+runtime.on_shutdown(_meta_cache.clear)
 
 
 def traced_random(what: str):
@@ -50,7 +51,8 @@ def empty(n: int, dtype: str):
         buf = np.empty(n, NP_DTYPES[dtype])
     else:
         ti = runtime.ensure_init()
-        buf = ti.ndarray(ti_dtype(dtype), max(int(n), 1))
+        with runtime.LAUNCH_LOCK:  # device allocation goes through Taichi's program state
+            buf = ti.ndarray(ti_dtype(dtype), max(int(n), 1))
     if TRACE[0] is not None:
         TRACE[0].created(buf, "empty")
     return buf
@@ -61,7 +63,8 @@ def zeros(n: int, dtype: str):
         buf = np.zeros(n, NP_DTYPES[dtype])
     else:
         ti = runtime.ensure_init()
-        buf = ti.ndarray(ti_dtype(dtype), max(int(n), 1))  # device ndarrays start zeroed
+        with runtime.LAUNCH_LOCK:
+            buf = ti.ndarray(ti_dtype(dtype), max(int(n), 1))  # device ndarrays start zeroed
     if TRACE[0] is not None:
         TRACE[0].created(buf, "zeros")
     return buf
@@ -75,7 +78,8 @@ def from_numpy(a: np.ndarray, dtype: str):
             TRACE[0].created(flat, "const")
         return flat
     ti = runtime.ensure_init()
-    buf = ti.ndarray(ti_dtype(dtype), max(flat.size, 1))
+    with runtime.LAUNCH_LOCK:
+        buf = ti.ndarray(ti_dtype(dtype), max(flat.size, 1))
     if flat.size:
         if flat.size == buf.shape[0]:
             buf.from_numpy(flat)
@@ -90,11 +94,12 @@ def to_numpy(buf, shape, dtype: str) -> np.ndarray:
     """A numpy array with the buffer's contents (a read-only view on CPU, a copy on device)."""
     n = int(np.prod(shape, dtype=np.int64))
     if TRACE[0] is not None:
-        TRACE[0].host_read(buf)
+        TRACE[0].host_read(buf, shape, dtype)
     if isinstance(buf, np.ndarray):
         a = buf[:n].reshape(shape)
     else:
-        a = buf.to_numpy()[:n].reshape(shape)
+        with runtime.LAUNCH_LOCK:
+            a = buf.to_numpy()[:n].reshape(shape)
     if dtype == "bool":
         a = a.view(np.bool_)
     return a

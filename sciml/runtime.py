@@ -7,6 +7,7 @@ explicitly through :func:`init`. Taichi can be initialised once per process: cal
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import os
@@ -18,7 +19,14 @@ ARCHS = ("cpu", "vulkan", "cuda", "auto")
 DTYPES = ("float32", "float64")
 
 _lock = threading.Lock()
-_state = {"arch": None, "dtype": None, "seed": None, "ti": None}
+_state = {"arch": None, "dtype": None, "seed": None, "ti": None, "closed": False}
+
+# Taichi's Python front end (compilation, a kernel's first call) and its launches share one
+# program state that is not thread-safe (two threads compiling at once die with "Kernels cannot
+# call other kernels"; two CPU launches share one thread pool): every kernel call and launch holds
+# this lock. Reentrant: a Taichi kernel call launches inside it. Cost: see docs/CORE.md (threads).
+LAUNCH_LOCK = threading.RLock()
+_shutdown_hooks: list = []  # callables that drop sciml's references to Taichi objects at exit
 
 
 class ArchUnavailableError(RuntimeError):
@@ -96,15 +104,113 @@ def init(arch: str | None = None, dtype: str | None = None, seed: int | None = N
             raise ArchUnavailableError(
                 "sciml.init(arch='vulkan', dtype='float64'): float64 is not supported by sciml on Vulkan "
                 "(many Vulkan devices lack shaderFloat64). Use dtype='float32' or arch='cpu'.")
+        _install_lock()
+        # Taichi's LLVM context must build the (empty) field tree on the thread that called ti.init:
+        # a first kernel compiled on another thread fails ("Assertion failure: std::this_thread::get_id()
+        # == main_thread_id_"). Build it now, so later kernels compile on any thread.
+        with contextlib.suppress(Exception):
+            ti.lang.impl.get_runtime().materialize()
         _state.update(arch=used, dtype=dtype, ti=ti)
+        atexit.register(_shutdown)
     manual_seed(seed)
     return used
+
+
+def _install_lock():
+    """Route every Taichi kernel call (``Kernel.__call__``: compile + launch) and every launch of a
+    compiled kernel (``Program.launch_kernel``, which sciml's fast paths call) through LAUNCH_LOCK."""
+    from taichi.lang import impl
+    from taichi.lang.kernel_impl import Kernel
+    P = type(impl.get_runtime().prog)
+    if getattr(P.launch_kernel, "sciml_raw", None) is None:
+        raw = P.launch_kernel
+
+        def launch_kernel(self, *args, _raw=raw, _lock=LAUNCH_LOCK):
+            with _lock:
+                return _raw(self, *args)
+        launch_kernel.sciml_raw = raw
+        P.launch_kernel = launch_kernel
+    if getattr(Kernel.__call__, "sciml_raw", None) is None:
+        raw_call = Kernel.__call__
+
+        def __call__(self, *args, _raw=raw_call, _lock=LAUNCH_LOCK, **kwargs):
+            with _lock:
+                return _raw(self, *args, **kwargs)
+        __call__.sciml_raw = raw_call
+        Kernel.__call__ = __call__
+
+
+class ThreadLocal(threading.local):
+    """Per-thread copy of a small state container (a dict or a list), indexable like it: each thread
+    starts from a copy of ``initial``. For flags such as "grad enabled" or "reverse depth", which
+    must not leak from one thread's ``grad`` into another's."""
+
+    def __init__(self, initial):
+        self.d = initial.copy()
+
+    def __getitem__(self, k):
+        return self.d[k]
+
+    def __setitem__(self, k, v):
+        self.d[k] = v
+
+    def __contains__(self, k):
+        return k in self.d
+
+    def get(self, k, default=None):
+        return self.d.get(k, default) if isinstance(self.d, dict) else default
+
+    def update(self, *a, **kw):
+        self.d.update(*a, **kw)
+
+    def __repr__(self):
+        return f"ThreadLocal({self.d!r})"
+
+
+def unlocked(launch):
+    """The raw ``Program.launch_kernel`` bound method behind a locked one (for callers that hold
+    LAUNCH_LOCK around many launches, as a jit replay does)."""
+    raw = getattr(getattr(launch, "__func__", None), "sciml_raw", None)
+    return launch if raw is None else raw.__get__(launch.__self__, type(launch.__self__))
+
+
+def on_shutdown(fn):
+    """Register ``fn()`` to drop references to Taichi objects before the runtime stops at exit."""
+    _shutdown_hooks.append(fn)
+    return fn
+
+
+def _shutdown():
+    """At interpreter exit, stop Taichi while Python is still whole: drop sciml's references to
+    compiled kernels and launch contexts (hooks), finish pending work, then ``ti.reset()``.
+
+    Without this, Taichi's Program is destroyed during interpreter finalisation, in whatever order
+    module dicts and reference cycles are torn down, while sciml's kernel caches and jit plans
+    (pybind objects: compiled kernel data, launch contexts) may still be alive or freed after it.
+    """
+    with LAUNCH_LOCK:
+        if _state["arch"] is None or _state["closed"]:
+            return
+        ti = _state["ti"]
+        for fn in reversed(_shutdown_hooks):
+            with contextlib.suppress(Exception):
+                fn()
+        import gc
+        gc.collect()
+        with contextlib.suppress(Exception):
+            ti.sync()
+        with contextlib.suppress(Exception):
+            ti.reset()
+        _state["closed"] = True
 
 
 def ensure_init():
     """Initialise with defaults if nobody has yet; return the Taichi module."""
     if _state["arch"] is None:
         init()
+    elif _state["closed"]:
+        raise RuntimeError("sciml: the Taichi runtime was stopped at interpreter exit; sciml cannot run inside "
+                           "atexit handlers registered before sciml started.")
     return _state["ti"]
 
 

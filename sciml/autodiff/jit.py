@@ -28,11 +28,17 @@ such calls run eagerly (differentiate the function, then jit the result).
 """
 from __future__ import annotations
 
+import inspect
+import os
+import sys
+import threading
 import warnings
+import weakref
+from collections import OrderedDict
 
 import numpy as np
 
-from .. import backend
+from .. import backend, runtime
 from ..kernels import _common as C
 from .pytree import flatten, unflatten
 from .tensor import Tensor
@@ -42,6 +48,55 @@ TRACE = backend.TRACE
 
 class JitError(RuntimeError):
     """A function cannot be traced by :func:`jit` (the message says why and what to do)."""
+
+
+class ConcretizationError(JitError):
+    """A jitted function read the value of a traced Tensor on the host (``float(t)``, ``if t``,
+    ``t.numpy()``): its value is not fixed across calls, so a trace cannot depend on it."""
+
+
+_LOCK = runtime.LAUNCH_LOCK
+
+
+def _thread_local_autodiff_state():
+    """The autodiff flags (grad enabled, reverse depth, create_graph, tangent-only sweeps, the last
+    batch cost) are per thread, so that two threads taking ``grad``/``hessian`` at once do not see
+    each other's flags (measured: a wrong Hessian in one of two threads otherwise). Done here until
+    primitive.py, backward.py and transforms.py declare them as ``runtime.ThreadLocal`` themselves."""
+    from . import backward as _B
+    from . import primitive as _P
+    from . import transforms as _T
+    for mod, name in ((_P, "_state"), (_B, "_needs"), (_B, "_tangent_only"), (_T, "_last_cost")):
+        v = getattr(mod, name, None)
+        if isinstance(v, (dict, list)):
+            setattr(mod, name, runtime.ThreadLocal(v))
+
+
+_thread_local_autodiff_state()
+_SCIML_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_HOW = {"__float__": "float(t)", "__int__": "int(t)", "__bool__": "bool(t) (an `if`, `and`, `or` or `not` on a "
+        "Tensor)", "item": "t.item()", "numpy": "t.numpy()", "__array__": "np.asarray(t)", "tolist": "t.tolist()",
+        "__index__": "an index (operator.index(t))", "__len__": "len(t)", "__repr__": "repr(t)", "__str__": "str(t)",
+        "__format__": "format(t) / an f-string"}
+
+
+def _where_read():
+    """(how, tensor, 'file:line in fn: source') of the host read in progress: the outermost Tensor
+    method that read (``float(t)``, ``t.numpy()``), its Tensor, and the first frame outside sciml."""
+    how = tensor = where = None
+    f = sys._getframe(2)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if fn.startswith(_SCIML_DIR):
+            if fn.endswith("tensor.py") and f.f_code.co_name in _HOW:
+                how, tensor = _HOW[f.f_code.co_name], f.f_locals.get("self")
+        else:
+            import linecache
+            line = linecache.getline(fn, f.f_lineno).strip()
+            where = f"{fn}:{f.f_lineno} in {f.f_code.co_name}" + (f": `{line}`" if line else "")
+            break
+        f = f.f_back
+    return how or "a host read (t.numpy())", tensor if isinstance(tensor, Tensor) else None, where
 
 
 def _root(a):
@@ -65,8 +120,15 @@ class _Recorder:
         self.made = {}  # id(root) -> [root, kind, step index, snapshot]
         self.dynamic = {id(_root(r)) for r in input_roots}  # roots whose values depend on the inputs
         self.error = None
+        self.thread = threading.get_ident()  # only this thread's calls belong to the trace
+
+    def _other(self):
+        return threading.get_ident() != self.thread
 
     def _untraced(self, fn, *args):
+        if self._other():  # another thread: wait for the trace to end (it holds the lock), then run as usual
+            with _LOCK:
+                return fn(*args)
         TRACE[0] = None
         try:
             return fn(*args)
@@ -75,20 +137,25 @@ class _Recorder:
 
     def launch(self, fl, args):
         r = self._untraced(fl, *args)
-        self.steps.append(("k", fl, args))
+        if not self._other():
+            self.steps.append(("k", fl, args))
         return r
 
     def vec_launch(self, vl, arrays, ptrs, counts, scalars):
         r = self._untraced(vl, arrays, ptrs, counts, scalars)
-        self.steps.append(("v", vl, (list(arrays), list(ptrs), list(counts), list(scalars))))
+        if not self._other():
+            self.steps.append(("v", vl, (list(arrays), list(ptrs), list(counts), list(scalars))))
         return r
 
     def host(self, fn, args):
         r = self._untraced(fn, *args)
-        self.steps.append(("h", fn, args))
+        if not self._other():
+            self.steps.append(("h", fn, args))
         return r
 
     def created(self, buf, kind, snap=None):
+        if self._other():
+            return
         root = _root(buf)
         if kind == "const" and snap is None:
             snap = np.array(root).reshape(-1)
@@ -96,16 +163,27 @@ class _Recorder:
         if kind == "empty":
             self.dynamic.add(id(root))
 
-    def host_read(self, buf):
-        if id(_root(buf)) in self.dynamic:
-            self.fail("reads a value computed from the inputs on the host (float(t), t.item(), t.numpy(), "
-                      "bool(t), or a Python `if` on a Tensor); the trace would freeze it. Keep such reads outside "
-                      "the jitted function, or compute with sciml ops (sm.where instead of `if`).")
+    def host_read(self, buf, shape=None, dtype=None):
+        if self._other() or id(_root(buf)) not in self.dynamic:
+            return
+        how, t, where = _where_read()
+        if t is not None:
+            shape, dtype = t.shape, t.dtype
+        what = f"a traced Tensor (shape {tuple(shape)}, {dtype})" if shape is not None else "a traced Tensor"
+        self.fail(f"concretization error: {how} reads the value of {what} computed from the inputs" +
+                  (f", at {where}" if where else "") + ". It reads a value computed from the inputs on the host; "
+                  "while tracing, that value is the one of this call only, and the trace would freeze it. Fix: "
+                  "compute with sciml ops instead (sm.where instead of a Python `if`, sm.max instead of max()), "
+                  "move the read outside the jitted function, or, if the value is a setting rather than data, "
+                  "pass it as a Python number marked static (jit(f, static_argnums=...) or static_argnames=...). "
+                  "To run such inputs eagerly instead, use jit(f, fallback='eager').", ConcretizationError)
 
-    def fail(self, msg):
+    def fail(self, msg, cls=None):
+        if self._other():
+            return
         if self.error is None:
             self.error = msg
-        raise JitError(msg)
+        raise (cls or JitError)(msg)
 
 
 def _guard_untracked():
@@ -172,7 +250,7 @@ class _Plan:
                                    "replayed.")
                 context, launch, ckd, aidx, unit = fn.spec
                 ctx = context(ptrs, counts, scalars)
-                prog.append((launch, (ckd, ctx)))
+                prog.append((runtime.unlocked(launch), (ckd, ctx)))  # run() holds the lock
                 for i, a in enumerate(arrays):
                     r = _root(a)
                     if id(r) in slot_of:
@@ -183,7 +261,7 @@ class _Plan:
             keep.append(args)
             if kind == "k" and fn.spec is not None:
                 ctx = fn.context(args)
-                prog.append((fn.spec[1], (fn.spec[2], ctx)))
+                prog.append((runtime.unlocked(fn.spec[1]), (fn.spec[2], ctx)))  # run() holds the lock
                 for i, a in dyn:
                     off, n = _offset(a, _root(a))
                     binds.append(("ctx", ctx, i, fn.spec[3][i], slot_of[id(_root(a))], off, n))
@@ -221,6 +299,12 @@ class _Plan:
         return inits
 
     def run(self, in_bufs):
+        # one replay at a time: Taichi launches are not thread-safe (runtime.LAUNCH_LOCK), and the
+        # launch contexts and intermediate buffers of a plan are shared by every call
+        with _LOCK:
+            return self._run(in_bufs)
+
+    def _run(self, in_bufs):
         slots = list(in_bufs)
         for root, n, dt in self.fresh:
             slots.append(backend.empty(n, dt) if not self.on_host else np.empty(n, root.dtype))
@@ -294,22 +378,75 @@ def _offset(a, root):
     return int(off), int(a.size)
 
 
-class Jitted:
-    """The callable returned by :func:`jit`. ``stats`` counts traces, replays and eager calls;
-    ``plans`` maps each input signature to its replay record (or to the reason it runs eagerly)."""
+_ALL: "weakref.WeakSet[Jitted]" = weakref.WeakSet()
 
-    def __init__(self, fn, verify=True, fallback=True):
-        self.fn, self.verify, self.fallback = fn, verify, fallback
-        self.plans = {}
+
+@runtime.on_shutdown
+def _drop_plans():
+    """At exit: free every plan (launch contexts, compiled kernels) before Taichi stops."""
+    for j in list(_ALL):
+        j.plans.clear()
+
+
+_FALLBACKS = {"raise": "raise", "eager": "eager", False: "raise", True: "eager", None: "raise"}
+
+
+class Jitted:
+    """The callable returned by :func:`jit`. ``stats`` counts traces, replays and eager calls,
+    ``evictions`` the signatures dropped; ``plans`` maps each input signature to its replay record (or to the reason it runs
+    eagerly), most recently used last, at most ``max_traces`` of them."""
+
+    def __init__(self, fn, verify=True, fallback="raise", max_traces=32, static_argnums=(), static_argnames=()):
+        if fallback not in _FALLBACKS:
+            raise ValueError(f"sciml.jit(fallback=...): got {fallback!r}; expected 'raise' or 'eager'.")
+        if max_traces is not None and (isinstance(max_traces, bool) or not isinstance(max_traces, int)
+                                       or max_traces < 1):
+            raise ValueError(f"sciml.jit(max_traces=...): got {max_traces!r}; expected a positive int or None "
+                             "(no limit).")
+        self.fn, self.verify, self.fallback, self.max_traces = fn, verify, _FALLBACKS[fallback], max_traces
+        self.static_argnums, self.static_argnames = _statics(fn, static_argnums, static_argnames)
+        self.plans = OrderedDict()
         self.stats = {"traces": 0, "replays": 0, "eager": 0}
+        self.evictions = 0  # signatures dropped to keep at most max_traces
         self.__wrapped__ = fn
         self.__doc__ = getattr(fn, "__doc__", None)
+        _ALL.add(self)
 
     def __repr__(self):
         return f"sciml.jit({getattr(self.fn, '__name__', self.fn)!r}, {len(self.plans)} signature(s))"
 
-    def __call__(self, *args):
-        leaves, tdef = flatten(list(args))
+    def _split(self, args, kwargs):
+        """(dynamic pytree, static key, rebuild(tree) -> (args, kwargs))."""
+        n = len(args)
+        snums = {i + n if i < 0 else i for i in self.static_argnums}
+        static_pos = {i: args[i] for i in sorted(snums) if 0 <= i < n}
+        static_kw = {k: kwargs[k] for k in sorted(self.static_argnames) if k in kwargs}
+        skey = []
+        for where, v in [(f"argument {i}", v) for i, v in static_pos.items()] + \
+                        [(f"argument {k!r}", v) for k, v in static_kw.items()]:
+            if isinstance(v, (Tensor, np.ndarray)):
+                raise TypeError(f"sciml.jit: static {where} is a {type(v).__name__}; static arguments must be "
+                                "hashable Python values (settings), not arrays. Pass arrays as ordinary arguments.")
+            try:
+                hash(v)
+            except TypeError:
+                raise TypeError(f"sciml.jit: static {where} is a {type(v).__name__}, which is not hashable; static "
+                                "arguments must be hashable (use a tuple instead of a list, a frozenset instead of "
+                                "a set).") from None
+            skey.append((where, type(v).__name__, v))
+        dyn_args = [a for i, a in enumerate(args) if i not in static_pos]
+        dyn_kw = {k: v for k, v in kwargs.items() if k not in static_kw}
+
+        def rebuild(tree):
+            a, kw = tree
+            it = iter(a)
+            full = [static_pos[i] if i in static_pos else next(it) for i in range(n)]
+            return full, {**kw, **static_kw}
+        return [dyn_args, dyn_kw], tuple(skey), rebuild
+
+    def __call__(self, *args, **kwargs):
+        tree, skey, rebuild = self._split(args, kwargs)
+        leaves, tdef = flatten(tree)
         tleaves, key = [], []
         for i, x in enumerate(leaves):
             if isinstance(x, np.ndarray):
@@ -318,7 +455,7 @@ class Jitted:
             if isinstance(x, Tensor):
                 if x._node is not None or x._tangents:
                     self.stats["eager"] += 1  # inside a transform: derivatives must flow, run eagerly
-                    return self.fn(*args)
+                    return self.fn(*args, **kwargs)
                 tleaves.append(i)
                 key.append((x.shape, x.dtype))
             else:
@@ -328,61 +465,126 @@ class Jitted:
                     raise TypeError(f"sciml.jit: argument leaf {i} is a {type(x).__name__}; expected Tensors, numpy "
                                     "arrays, or hashable Python values (which are fixed per trace).") from None
                 key.append(("static", type(x).__name__, x))
-        key = (repr(tdef), tuple(key))
+        key = (repr(tdef), tuple(key), skey)
         plan = self.plans.get(key)
         if plan is None:
-            return self._trace(key, leaves, tdef, tleaves, args)
+            return self._trace(key, leaves, tdef, tleaves, args, kwargs, rebuild)
+        self.plans.move_to_end(key)
         if isinstance(plan, str):
             self.stats["eager"] += 1
-            return self.fn(*args)
+            return self.fn(*args, **kwargs)
         self.stats["replays"] += 1
         return plan.run([_contig(leaves[i]) for i in tleaves])
 
-    def _trace(self, key, leaves, tdef, tleaves, args):
-        self.stats["traces"] += 1
-        if TRACE[0] is not None:  # a jitted function inside another's trace: its launches join the outer one
-            return self.fn(*args)
-        copies = list(leaves)
-        roots = []
-        for i in tleaves:
-            x = leaves[i]
-            buf = backend.from_numpy(backend.to_numpy(x._buf, x.shape, x.dtype), x.dtype) if x.size else \
-                backend.empty(0, x.dtype)
-            roots.append(buf)
-            copies[i] = Tensor._make(buf, x.shape, x.dtype)
-        rec = _Recorder(roots)
-        undo = _guard_untracked()
-        TRACE[0] = rec
-        try:
-            out = self.fn(*unflatten(tdef, copies))
-        except JitError as e:
-            TRACE[0] = None
-            undo()
-            return self._give_up(key, str(e), args)
-        finally:
-            TRACE[0] = None
-            undo()
-        if rec.error:
-            return self._give_up(key, rec.error, args)
-        out_leaves, out_def = flatten(out)
-        try:
-            plan = _Plan(rec, roots, out_leaves, out_def)
-            if self.verify:
-                _verify(self.fn, plan, leaves, tdef, tleaves)
-        except JitError as e:
-            return self._give_up(key, str(e), args)
+    def _store(self, key, plan):
         self.plans[key] = plan
+        self.plans.move_to_end(key)
+        while self.max_traces is not None and len(self.plans) > self.max_traces:
+            self.plans.popitem(last=False)  # the least recently used signature
+            self.evictions += 1
+
+    def _trace(self, key, leaves, tdef, tleaves, args, kwargs, rebuild):
+        self.stats["traces"] += 1
+        if TRACE[0] is not None and not TRACE[0]._other():  # inside another trace: its launches join it
+            return self.fn(*args, **kwargs)
+        call = _Call(self.fn, tdef, rebuild)
+        with _LOCK:  # one trace at a time; other threads' launches wait for it (see _Recorder._other)
+            copies = list(leaves)
+            roots = []
+            for i in tleaves:
+                x = leaves[i]
+                buf = backend.from_numpy(backend.to_numpy(x._buf, x.shape, x.dtype), x.dtype) if x.size else \
+                    backend.empty(0, x.dtype)
+                roots.append(buf)
+                copies[i] = Tensor._make(buf, x.shape, x.dtype)
+            rec = _Recorder(roots)
+            undo = _guard_untracked()
+            TRACE[0] = rec
+            try:
+                out = call(copies)
+            except JitError as e:
+                TRACE[0] = None
+                undo()
+                return self._give_up(key, e, args, kwargs)
+            finally:
+                TRACE[0] = None
+                undo()
+            if rec.error:
+                return self._give_up(key, JitError(rec.error), args, kwargs)
+            out_leaves, out_def = flatten(out)
+            try:
+                plan = _Plan(rec, roots, out_leaves, out_def)
+                if self.verify:
+                    _verify(call, plan, leaves, tleaves)
+            except JitError as e:
+                return self._give_up(key, e, args, kwargs)
+        self._store(key, plan)
         return out
 
-    def _give_up(self, key, why, args):
+    def _give_up(self, key, err, args, kwargs):
         name = getattr(self.fn, "__name__", repr(self.fn))
-        msg = f"sciml.jit({name}): {why}"
-        if not self.fallback:
-            raise JitError(msg)
+        msg = f"sciml.jit({name}): {err}"
+        if self.fallback == "raise":
+            raise type(err)(msg) from None
         warnings.warn(msg + " Running it eagerly for this input signature.", RuntimeWarning, stacklevel=3)
-        self.plans[key] = why
+        self._store(key, str(err))
         self.stats["eager"] += 1
-        return self.fn(*args)
+        return self.fn(*args, **kwargs)
+
+
+class _Call:
+    """Calls ``fn`` with a flat list of dynamic leaves put back with the static arguments."""
+
+    def __init__(self, fn, tdef, rebuild):
+        self.fn, self.tdef, self.rebuild = fn, tdef, rebuild
+
+    def __call__(self, leaves):
+        a, kw = self.rebuild(unflatten(self.tdef, leaves))
+        return self.fn(*a, **kw)
+
+
+def _statics(fn, nums, names):
+    """Normalise static_argnums / static_argnames, each completed from the other through ``fn``'s
+    signature (as jax.jit does), so ``f(x, n=3)`` and ``f(x, 3)`` are both static in ``n``."""
+    if isinstance(nums, int) and not isinstance(nums, bool):
+        nums = (nums,)
+    if isinstance(names, str):
+        names = (names,)
+    try:
+        nums = tuple(nums)
+        names = tuple(names)
+    except TypeError:
+        raise TypeError("sciml.jit: static_argnums must be an int or a sequence of ints and static_argnames a str "
+                        "or a sequence of str.") from None
+    for i in nums:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError(f"sciml.jit(static_argnums=...): got {i!r}; expected ints (argument positions).")
+    for k in names:
+        if not isinstance(k, str):
+            raise TypeError(f"sciml.jit(static_argnames=...): got {k!r}; expected argument names (str).")
+    nums, names = set(nums), set(names)
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return tuple(sorted(nums)), tuple(sorted(names))
+    pos = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    known = {p.name for p in params}
+    has_var_kw = any(p.kind == p.VAR_KEYWORD for p in params)
+    has_var_pos = any(p.kind == p.VAR_POSITIONAL for p in params)
+    for k in list(names):
+        if k not in known and not has_var_kw:
+            raise ValueError(f"sciml.jit(static_argnames=...): {getattr(fn, '__name__', fn)!r} has no argument "
+                             f"{k!r}; its arguments are {', '.join(p.name for p in params) or '(none)'}.")
+        if k in pos:
+            nums.add(pos.index(k))
+    for i in list(nums):
+        j = i if i >= 0 else i + len(pos)
+        if 0 <= j < len(pos):
+            names.add(pos[j])
+        elif i >= 0 and not has_var_pos:
+            raise ValueError(f"sciml.jit(static_argnums=...): argument {i} is out of range for "
+                             f"{getattr(fn, '__name__', fn)!r}, which takes {len(pos)} positional argument(s).")
+    return tuple(sorted(nums)), tuple(sorted(names))
 
 
 def _contig(x):
@@ -392,8 +594,8 @@ def _contig(x):
     return buf
 
 
-def _verify(fn, plan, leaves, tdef, tleaves):
-    """Run ``fn`` eagerly and the replay on the same perturbed inputs; they must agree."""
+def _verify(call, plan, leaves, tleaves):
+    """Run the function eagerly and the replay on the same perturbed inputs; they must agree."""
     rng = np.random.default_rng(12345)
     pert = list(leaves)
     for i in tleaves:
@@ -402,7 +604,7 @@ def _verify(fn, plan, leaves, tdef, tleaves):
         if x.dtype in ("float32", "float64") and a.size:
             a = a * (1 + 2.0 ** -7 * rng.uniform(-1, 1, a.shape)).astype(a.dtype)
         pert[i] = Tensor._make(backend.from_numpy(a, x.dtype), x.shape, x.dtype)
-    want = flatten(fn(*unflatten(tdef, pert)))[0]
+    want = flatten(call(pert))[0]
     got = flatten(plan.run([_contig(pert[i]) for i in tleaves]))[0]
     for j, (w, g) in enumerate(zip(want, got)):
         if not isinstance(w, Tensor):
@@ -417,20 +619,31 @@ def _verify(fn, plan, leaves, tdef, tleaves):
                            "or depends on Python state; run it without jit.")
 
 
-def jit(fn=None, *, verify: bool = True, fallback: bool = True):
+def jit(fn=None, *, verify: bool = True, fallback="raise", max_traces: int | None = 32, static_argnums=(),
+        static_argnames=()):
     """Compile ``fn`` (a function of Tensors / pytrees of Tensors) into a replay of its kernels.
 
     Args:
         fn: the function; ``sm.jit`` also works as a decorator, with or without arguments.
         verify: after each trace, check the replay against an eager call on perturbed inputs
             (one extra eager call and replay per signature).
-        fallback: when a function cannot be traced (see the module doc), warn and run it eagerly for
-            that input signature (True), or raise :class:`JitError` (False).
+        fallback: what happens when a function cannot be traced (see the module doc): "raise"
+            (default) raises :class:`JitError` (:class:`ConcretizationError` for a host read of a
+            traced value, naming the read and the line); "eager" warns and runs the function
+            eagerly for that input signature. (True / False are accepted for "eager" / "raise".)
+        max_traces: at most this many input signatures are kept (least recently used dropped
+            first; ``.evictions`` counts them); None keeps all.
+        static_argnums, static_argnames: arguments (positions / names, each completed from the
+            other through ``fn``'s signature) passed through as they are, not traced: their values
+            (hashable, compared with ==) are part of the signature, so each new value traces anew.
 
     Example:
         >>> step = sm.jit(sm.value_and_grad(loss))     # loss(params, x, y)
         >>> for x, y in batches: l, g = step(params, x, y); opt.step(g)
+        >>> f = sm.jit(lambda x, n: x ** n, static_argnums=1)
     """
+    kw = dict(verify=verify, fallback=fallback, max_traces=max_traces, static_argnums=static_argnums,
+              static_argnames=static_argnames)
     if fn is None:
-        return lambda f: Jitted(f, verify, fallback)
-    return Jitted(fn, verify, fallback)
+        return lambda f: Jitted(f, **kw)
+    return Jitted(fn, **kw)

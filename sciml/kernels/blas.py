@@ -302,8 +302,17 @@ def set_threads(n):
 def _pool():
     if _state["pool"] is None:
         import concurrent.futures
+
+        from .. import runtime
         _state["pool"] = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sciml-gemm")
+        runtime.on_shutdown(_stop_pool)
     return _state["pool"]
+
+
+def _stop_pool():
+    pool, _state["pool"] = _state["pool"], None
+    if pool is not None:
+        pool.shutdown(wait=True)
 
 
 def gemm(a, b, out, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, accumulate: bool = False) -> bool:

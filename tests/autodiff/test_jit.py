@@ -142,7 +142,7 @@ def test_host_read_is_refused_with_a_clear_error_or_runs_eagerly():
         return x * 2.0 if float(s) > 0 else x * 3.0
     with pytest.raises(sm.JitError, match="reads a value computed from the inputs on the host"):
         sm.jit(f, fallback=False)(sm.tensor([1.0, 2.0]))
-    j = sm.jit(f)
+    j = sm.jit(f, fallback="eager")
     with pytest.warns(RuntimeWarning, match="Running it eagerly"):
         assert j(sm.tensor([1.0, 2.0])).numpy().tolist() == [2.0, 4.0]
     assert j(sm.tensor([-1.0, -2.0])).numpy().tolist() == [-3.0, -6.0]  # eager: the branch follows the data
@@ -206,3 +206,132 @@ def test_lbfgs_with_jit_follows_the_eager_trajectory():
     for _ in range(3):
         opt.step(lambda ps: rosen(ps[0]))
     assert opt._jit_cache["fn"].stats["traces"] == 1
+
+
+# --- bounded trace cache, static arguments, concretization errors (issues 13 and 17) -------------
+def test_traces_are_lru_bounded():
+    import gc
+    import weakref
+    f = sm.jit(lambda x: (sm.sin(x) * 2.0).sum(), max_traces=3)
+    refs = []
+    for n in range(1, 7):                       # six shapes: at most three kept
+        x = sm.tensor(np.linspace(0, 1, n))
+        _same(f(x), (sm.sin(x) * 2.0).sum())
+        refs.append(weakref.ref(next(reversed(f.plans.values()))))
+    assert len(f.plans) == 3 and f.evictions == 3 and f.stats["traces"] == 6
+    gc.collect()
+    assert [r() is None for r in refs] == [True, True, True, False, False, False]   # evicted plans are freed
+    f(sm.tensor(np.linspace(0, 1, 4)))          # a hit refreshes shape (4,): the next eviction drops (5,)
+    assert f.stats["replays"] == 1
+    f(sm.tensor(np.linspace(0, 1, 7)))
+    assert [k[1][0][0] for k in f.plans] == [(6,), (4,), (7,)]
+    g = sm.jit(lambda x: x * 2.0, max_traces=None)
+    for n in range(1, 40):
+        g(sm.ones((n,)))
+    assert len(g.plans) == 39 and g.evictions == 0
+    assert len(sm.jit(lambda x: x).plans) == 0 and sm.jit(lambda x: x).max_traces == 32
+    for bad in (0, -1, 2.5, True, "3"):
+        with pytest.raises(ValueError, match=r"sciml.jit\(max_traces=...\): got .*expected a positive int or None"):
+            sm.jit(lambda x: x, max_traces=bad)
+
+
+def test_static_argnums_and_argnames():
+    calls = []
+
+    def f(x, n, scale=1.0, *, mode="sin"):
+        calls.append((n, mode))
+        u = sm.sin(x) if mode == "sin" else sm.cos(x)
+        for _ in range(n):                      # Python control flow on a static value
+            u = u * scale
+        return u.sum()
+    x = sm.tensor([0.3, 1.2, -0.5])
+
+    def ref(n, scale=1.0, mode="sin"):
+        return (np.sin if mode == "sin" else np.cos)(x.numpy()).sum() * scale ** n
+    j = sm.jit(f, static_argnums=1, static_argnames="mode")
+    assert j.static_argnums == (1,) and j.static_argnames == ("mode", "n")
+    np.testing.assert_allclose(j(x, 2, 0.5).numpy(), ref(2, 0.5), rtol=1e-12)
+    np.testing.assert_allclose(j(x, n=2, scale=0.5).numpy(), ref(2, 0.5), rtol=1e-12)   # by name: same static
+    np.testing.assert_allclose(j(x, 3, 0.5).numpy(), ref(3, 0.5), rtol=1e-12)           # new value: new trace
+    np.testing.assert_allclose(j(x, 3, 0.5, mode="cos").numpy(), ref(3, 0.5, "cos"), rtol=1e-12)
+    y = sm.tensor([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(j(y, 3, 0.5, mode="cos").numpy(), np.cos([1, 2, 3]).sum() * 0.125, rtol=1e-12)
+    assert j.stats == {"traces": 4, "replays": 1, "eager": 0}    # (scale by keyword: another tree, as in JAX)
+    k = sm.jit(f, static_argnames=("n",))     # completed from the signature: position 1
+    assert k.static_argnums == (1,)
+    assert sm.jit(lambda a, b: a, static_argnums=-1).static_argnames == ("b",)
+    with pytest.raises(TypeError, match="static argument 1 is a list, which is not hashable.*tuple"):
+        sm.jit(lambda a, b: a, static_argnums=1)(x, [1, 2])
+    with pytest.raises(TypeError, match="static argument 1 is a Tensor; static arguments must be hashable Python "
+                                        "values"):
+        sm.jit(lambda a, b: a, static_argnums=1)(x, x)
+    with pytest.raises(ValueError, match=r"static_argnames=...\): '<lambda>' has no argument 'nn'; its arguments "
+                                         "are a, b"):
+        sm.jit(lambda a, b: a, static_argnames="nn")
+    with pytest.raises(ValueError, match=r"static_argnums=...\): argument 5 is out of range"):
+        sm.jit(lambda a, b: a, static_argnums=5)
+    with pytest.raises(TypeError, match="static_argnums=...\\): got 'a'"):
+        sm.jit(lambda a, b: a, static_argnums=["a"])
+    dec = sm.jit(static_argnums=(1,))(lambda a, p: a ** p)         # as a decorator with arguments
+    np.testing.assert_allclose(dec(x, 3).numpy(), x.numpy() ** 3, rtol=1e-12)
+
+
+def test_keyword_tensor_arguments_are_traced():
+    j = sm.jit(lambda x, w=None: (x * w).sum())
+    x, w = sm.tensor([1.0, 2.0]), sm.tensor([3.0, 4.0])
+    assert j(x, w=w).numpy() == 11.0
+    assert j(sm.tensor([2.0, 2.0]), w=w).numpy() == 14.0
+    assert j.stats == {"traces": 1, "replays": 1, "eager": 0}
+
+
+def test_concretization_error_is_the_default_and_says_what_and_how():
+    def f(x):
+        s = x.sum()
+        if s > 0:                               # bool(t) on a traced value
+            return x * 2.0
+        return x * 3.0
+    with pytest.raises(sm.ConcretizationError) as e:
+        sm.jit(f)(sm.tensor([1.0, 2.0]))
+    msg = str(e.value)
+    assert msg.startswith("sciml.jit(f): concretization error: bool(t)")
+    assert "a traced Tensor (shape (), bool)" in msg                 # the value of `s > 0`
+    assert "test_jit.py:" in msg and "in f: `if s > 0:" in msg       # the line that read it
+    for hint in ("sm.where", "static_argnums", "fallback='eager'"):
+        assert hint in msg
+    assert isinstance(e.value, sm.JitError)
+    for read, how in ((lambda t: float(t.sum()), "float(t)"), (lambda t: t.numpy(), "t.numpy()"),
+                      (lambda t: t.sum().item(), "t.item()")):
+        with pytest.raises(sm.ConcretizationError, match=r"concretization error: " + how.replace("(", r"\(")
+                           .replace(")", r"\)").replace(".", r"\.")):
+            sm.jit(lambda t, r=read: t * r(t))(sm.tensor([1.0, 2.0]))
+    j = sm.jit(f, fallback="eager")             # asked for: warn once, then eager for this signature
+    with pytest.warns(RuntimeWarning, match="concretization error.*Running it eagerly"):
+        assert j(sm.tensor([1.0, 2.0])).numpy().tolist() == [2.0, 4.0]
+    assert j(sm.tensor([-1.0, -2.0])).numpy().tolist() == [-3.0, -6.0]
+    assert j.stats["eager"] == 2
+    with pytest.raises(ValueError, match="fallback=...\\): got 'maybe'; expected 'raise' or 'eager'"):
+        sm.jit(f, fallback="maybe")
+    # a read of a closed-over constant (not computed from the inputs) is fine
+    c = sm.tensor([5.0])
+    assert sm.jit(lambda t: t * float(c.numpy()[0]))(sm.tensor([1.0])).numpy().tolist() == [5.0]
+
+
+def test_jitted_function_from_two_threads():
+    import threading
+    f = sm.jit(lambda x: (sm.tanh(x) * x).sum())
+    xs = [sm.tensor(np.linspace(-1, 1, 5) * (i + 1)) for i in range(4)]
+    want = [float((np.tanh(x.numpy()) * x.numpy()).sum()) for x in xs]
+    got, errors = [], []
+
+    def run():
+        try:
+            for _ in range(10):
+                got.append([float(f(x).numpy()) for x in xs])
+        except BaseException as e:   # pragma: no cover
+            errors.append(e)
+    ts = [threading.Thread(target=run) for _ in range(2)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert not errors and len(got) == 20
+    for g in got:
+        np.testing.assert_allclose(g, want, rtol=1e-13)
