@@ -52,13 +52,14 @@ class VecLaunch:
             return self.fast(ptrs, counts, scalars)
         views = [a[:c * L].reshape(c, L) if L > 1 else a[:c]
                  for a, c, L in zip(arrays, counts, self._lanes(len(arrays)))]
-        cfg = C.ti().lang.impl.current_cfg()
-        prev = cfg.real_matrix_scalarize
-        cfg.real_matrix_scalarize = False
-        try:
-            self.kernel(*views, *scalars)
-        finally:
-            cfg.real_matrix_scalarize = prev
+        with C.LOCK:  # the config flip and the first (compiling) call must not interleave with another thread
+            cfg = C.ti().lang.impl.current_cfg()
+            prev = cfg.real_matrix_scalarize
+            cfg.real_matrix_scalarize = False
+            try:
+                self.kernel(*views, *scalars)
+            finally:
+                cfg.real_matrix_scalarize = prev
         if not os.environ.get("SCIML_SAFE_LAUNCH"):  # else: Taichi's own call every time (debugging)
             self.fast = self._make_fast(views, scalars)
 
