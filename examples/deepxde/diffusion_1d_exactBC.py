@@ -1,6 +1,6 @@
 """DeepXDE's examples/pinn_forward/diffusion_1d_exactBC.py in sciml: u_t = u_xx - e^{-t}
 (sin(pi x) - pi^2 sin(pi x)) on [-1, 1] x [0, 1], initial and boundary values built into the
-output by an output transform (the fused derivative path is kept). Same network (2-32x3-1
+output by an output transform. Same network (2-32x3-1
 tanh, Glorot), 40 domain points, Adam lr 1e-3, 10000 iterations.
 
     python examples/deepxde/diffusion_1d_exactBC.py
