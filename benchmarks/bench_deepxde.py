@@ -56,10 +56,9 @@ def user_lines(path):
 def _run(cmd, env, timeout):
     t0 = time.perf_counter()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    out = p.stdout + p.stderr
     if p.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{out[-2000:]}")
-    return out, time.perf_counter() - t0
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+    return p.stdout, time.perf_counter() - t0   # the scripts' own result lines
 
 
 def run_sciml(name, env, timeout):
