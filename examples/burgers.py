@@ -1,7 +1,9 @@
 """Burgers' equation u_t + u u_x = nu u_xx (nu = 0.01/pi): the README's PINN, the recipe
-`sciml solve burgers` runs (sciml/pinn/problems.py). Relative L2 error <= 1e-3 in float32.
+`sciml solve burgers` runs (sciml/pinn/problems.py). Relative L2 error in float32: 6.7e-4
+and 8.0e-4 on earlier machines, 2.4e-3 (348 s) on 2026-11-25's: the float32 trajectory over
+10000 L-BFGS steps depends on rounding (see docs/pinn.md).
 
-    python examples/burgers.py               # ~2 minutes on 2 idle cores
+    python examples/burgers.py               # 2-6 minutes on 2 cores
     SCIML_QUICK=1 python examples/burgers.py # a few seconds (smoke test)
 """
 import os

@@ -15,7 +15,7 @@ from sciml.optim import Adam
 from sciml.pinn import (Dirichlet, Initial, Interval, Parameter, PointData, Problem,
                         TimeInterval, d, solve)
 
-STEPS = int(os.environ.get("SCIML_STEPS", 200 if os.environ.get("SCIML_QUICK") else 50000))
+STEPS = int(os.environ.get("SCIML_STEPS", 5 if os.environ.get("SCIML_QUICK") else 50000))
 
 
 def func(x, t):

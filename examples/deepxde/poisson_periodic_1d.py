@@ -14,7 +14,7 @@ from sciml.models import MLP
 from sciml.optim import Adam
 from sciml.pinn import Dirichlet, Interval, Periodic, Problem, d, solve
 
-STEPS = int(os.environ.get("SCIML_STEPS", 200 if os.environ.get("SCIML_QUICK") else 10000))
+STEPS = int(os.environ.get("SCIML_STEPS", 5 if os.environ.get("SCIML_QUICK") else 10000))
 
 
 def pde(u, x):

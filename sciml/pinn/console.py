@@ -83,8 +83,8 @@ class Console:
         more = "".join(f" {a}={b:.4g}" for a, b in (extra or {}).items())
         if self.bar is not None:
             self.bar.set_description_str(f"{stage} {k}/{steps}", refresh=False)
-            self.bar.set_postfix_str(f"loss={value:.2e} {_short(terms, self.names)}{ref}{more}",
-                                     refresh=False)
+            self.bar.set_postfix_str(f"loss={value:.2e}{ref}{more} {_short(terms, self.names)}",
+                                     refresh=False)   # the terms last: a narrow terminal cuts them
             self.bar.update(n)
         elif self.plain:
             done = self._done + n

@@ -4,7 +4,9 @@ transforms (DeepXDE's ``apply_feature_transform`` / ``apply_output_transform``).
 Any object with ``params()`` and ``apply(params, x)`` works in ``solve``; these two are such
 objects. Derivative paths: :class:`Fields` of MLPs keeps the fused Taylor-mode kernels (each
 network's derivatives are computed on its own and stacked); :class:`Transformed` runs nested
-forward-mode autodiff through ``apply`` (``Result.path_reason`` says so).
+forward-mode autodiff through ``apply`` (with only an output transform, ``path='fused'`` keeps
+the network's fused jet and differentiates the transform through its Taylor polynomial, exact
+but slower today); ``Result.path_reason`` says which path ran and why.
 
 Example:
     >>> net = Transformed(MLP([2, 32, 32, 1], seed=0),

@@ -388,8 +388,12 @@ class Loss:
         m = min(8, b.n)
         jet = Jet(pb.names, m, pb.n_out, b.dtype, values=None)
         coords = [Coordinate.wrap(c[:m], c.name, c.axis) for c in b.coords]
-        self._bind_params(None)
-        pb.pde_residual(jet, coords)
+        for p in pb.parameters.values():   # the coefficients in the points' dtype
+            p._current = tensor(p.init, b.dtype)
+        try:
+            pb.pde_residual(jet, coords)
+        finally:
+            self._bind_params(None)
         return set(jet.wanted) | {()}
 
     def _bind_params(self, pde_params):

@@ -128,3 +128,28 @@ def test_fields_keep_the_fused_path_and_transforms_are_exact():
     r = solve(_poisson_1d([]), tnet, points=32, stages=STAGES(), progress=False)
     np.testing.assert_allclose(r.predict([[0.0], [1.0]]), 0.0, atol=1e-12)
     assert r.rel_l2 < 1e-2 and r.path == "autodiff" and "Transformed" in r.path_reason
+
+
+def test_a_pointwise_output_transform_can_keep_the_fused_path():
+    from sciml.pinn.operators import network_derivatives
+    net = Transformed(MLP([2, 8, 8, 1], activation=sm.tanh, seed=0),
+                      output=lambda x, y: x[:, 0:1] * (1 - x[:, 0:1]) * y + sm.sin(x[:, 1:2]) * y * y)
+    x = sm.tensor(RNG.uniform(size=(5, 2)))
+    D = [(), (0,), (1,), (0, 0), (0, 1), (1, 1)]
+
+    def derivs(p, path):
+        vals, used = network_derivatives(net, p, x, D, path)
+        return sum((vals[k] * vals[k]).sum() for k in D), vals, used
+    (fused, vf, used_f), (ref, vr, used_r) = derivs(net.params(), "fused"), derivs(net.params(), "auto")
+    assert (used_f, used_r) == ("fused", "autodiff")    # 'auto' takes the faster autodiff path
+    for k in D:
+        np.testing.assert_allclose(vf[k].numpy(), vr[k].numpy(), rtol=1e-10, atol=1e-13)
+    gf = sm.grad(lambda p: derivs(p, "fused")[0])(net.params())
+    gr = sm.grad(lambda p: derivs(p, "autodiff")[0])(net.params())
+    for a, b in zip(_leaves(gf), _leaves(gr)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def _leaves(t):
+    from sciml.autodiff.pytree import flatten
+    return flatten(t)[0]

@@ -122,6 +122,7 @@ def test_default_output_is_a_header_a_bar_and_one_summary_line(capsys, caplog, m
     assert "relative L2 error" in lines[-1] and lines[-1].count(" s ") == 1
     # a terminal: one live tqdm bar with stage, step, loss terms and the error
     monkeypatch.setattr(C, "_isatty", lambda stream: True)
+    monkeypatch.setenv("COLUMNS", "200")
     caplog.clear()
     solve(_poisson(), MLP([1, 8, 1], seed=0), points=16, stages=[(Adam(lr=1e-2), 40)])
     err = capsys.readouterr().err

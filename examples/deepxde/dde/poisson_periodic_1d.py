@@ -7,7 +7,7 @@ import deepxde as dde
 import numpy as np
 import torch
 
-ITER = int(os.environ.get("SCIML_STEPS", 200 if os.environ.get("SCIML_QUICK") else 10000))
+ITER = int(os.environ.get("SCIML_STEPS", 5 if os.environ.get("SCIML_QUICK") else 10000))
 
 
 def pde(x, y):

@@ -1,0 +1,156 @@
+"""DeepXDE's examples, ported to sciml (examples/deepxde/*.py), against DeepXDE itself
+(examples/deepxde/dde/*.py: the published programs on the PyTorch backend), in one session:
+relative L2 error (and fitted coefficients), wall time of the training, and lines of user
+code. Writes the table into docs/pinn.md (between the ``bench_deepxde`` markers).
+
+    python -m benchmarks.bench_deepxde                       # the examples' own iterations
+    python -m benchmarks.bench_deepxde --steps 2000 --write   # equal, cut budget in both
+    python -m benchmarks.bench_deepxde --quick               # CI smoke (SCIML_QUICK=1)
+
+DeepXDE runs in a subprocess with ``DDE_BACKEND=pytorch``; ``--peer-path DIR`` (or
+``SCIML_PEER_PATH``) is prepended to its PYTHONPATH when DeepXDE and torch are installed
+outside the environment (``pip install --target DIR deepxde torch``). Without DeepXDE the
+sciml column is still measured.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PORTS_DIR = os.path.join(ROOT, "examples", "deepxde")
+DOC = os.path.join(ROOT, "docs", "pinn.md")
+BEGIN, END = "<!-- bench_deepxde begin -->", "<!-- bench_deepxde end -->"
+_HARNESS = re.compile(r"os\.environ|perf_counter|^import (os|time)$|RESULT|^wall = |^t0 = ")
+
+
+def ports():
+    """Names of the ports (examples/deepxde/<name>.py with a DeepXDE twin in dde/)."""
+    return sorted(f[:-3] for f in os.listdir(PORTS_DIR)
+                  if f.endswith(".py") and os.path.exists(os.path.join(PORTS_DIR, "dde", f)))
+
+
+def user_lines(path):
+    """Lines of user code: no docstring, comments, blank lines or benchmark harness (step
+    counts from the environment, timing, the DeepXDE side's final error evaluation)."""
+    import ast
+    src = open(path).read()
+    tree = ast.parse(src)
+    skip = set()
+    doc = tree.body[0] if tree.body and isinstance(tree.body[0], ast.Expr) else None
+    if doc is not None and isinstance(getattr(doc, "value", None), ast.Constant):
+        skip |= set(range(doc.lineno, doc.end_lineno + 1))
+    n, after_wall = 0, False
+    for i, line in enumerate(src.splitlines(), 1):
+        s = line.strip()
+        if s.startswith("wall = "):
+            after_wall = True
+        if i in skip or not s or s.startswith("#") or _HARNESS.search(s) or after_wall:
+            continue
+        n += 1
+    return n
+
+
+def _run(cmd, env, timeout):
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    if p.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+    return p.stdout, time.perf_counter() - t0   # the scripts' own result lines
+
+
+def run_sciml(name, env, timeout):
+    out, _ = _run([sys.executable, os.path.join(PORTS_DIR, f"{name}.py")], env, timeout)
+    last = [l for l in out.splitlines() if "relative L2 error" in l][-1]
+    res = {"rel_l2": float(re.search(r"relative L2 error ([-+.\deE]+)", last).group(1)),
+           "time": float(re.search(r"\(([\d.]+) s\)", last).group(1))}
+    for k, v in re.findall(r"\b([A-Za-z]\w*) = ([-+.\deE]+)", last):
+        res[k] = float(v)
+    return res
+
+
+def run_deepxde(name, env, timeout, peer_path):
+    env = dict(env, DDE_BACKEND="pytorch")
+    if peer_path:
+        env["PYTHONPATH"] = peer_path + os.pathsep + env.get("PYTHONPATH", "")
+    out, _ = _run([sys.executable, os.path.join(PORTS_DIR, "dde", f"{name}.py")], env, timeout)
+    last = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
+    return {k: float(v) for k, v in re.findall(r"(\w+)=([-+.\deE]+)", last)}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=None, help="iterations in both libraries "
+                    "(default: each example's own)")
+    ap.add_argument("--quick", action="store_true", help="SCIML_QUICK=1: a few steps each")
+    ap.add_argument("--only", nargs="*", default=None, help="ports to run (default: all)")
+    ap.add_argument("--no-peer", action="store_true", help="sciml only")
+    ap.add_argument("--peer-path", default=os.environ.get("SCIML_PEER_PATH"))
+    ap.add_argument("--timeout", type=int, default=7200)
+    ap.add_argument("--write", action="store_true", help=f"write the table into {DOC}")
+    args = ap.parse_args(argv)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    if args.quick:
+        env["SCIML_QUICK"] = "1"
+    if args.steps:
+        env["SCIML_STEPS"] = str(args.steps)
+    rows = []
+    for name in args.only or ports():
+        s = run_sciml(name, env, args.timeout)
+        dx = None if args.no_peer else run_deepxde(name, env, args.timeout, args.peer_path)
+        row = {"name": name, "sciml": s, "deepxde": dx,
+               "lines": (user_lines(os.path.join(PORTS_DIR, f"{name}.py")),
+                         user_lines(os.path.join(PORTS_DIR, "dde", f"{name}.py")))}
+        rows.append(row)
+        print(_row(row), flush=True)
+    table = _table(rows, args)
+    print(table)
+    if args.write:
+        _write(table)
+    return rows
+
+
+def _fmt(r, key, f="{:.2e}"):
+    return "–" if r is None or key not in r else f.format(r[key])
+
+
+def _row(row):
+    s, dx = row["sciml"], row["deepxde"]
+    extra = [k for k in s if k not in ("rel_l2", "time")]
+    cells = [f"`{row['name']}`", _fmt(s, "rel_l2"), _fmt(dx, "rel_l2"),
+             _fmt(s, "time", "{:.0f} s"), _fmt(dx, "time", "{:.0f} s"),
+             f"{row['lines'][0]}", f"{row['lines'][1]}"]
+    cells.append(", ".join(f"{k}: {s[k]:.4g} / {_fmt(dx, k, '{:.4g}')}" for k in extra) or "")
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(rows, args):
+    budget = "each example's own iterations" if not (args.steps or args.quick) else \
+        ("quick mode" if args.quick else f"{args.steps} iterations in both")
+    cmd = "python -m benchmarks.bench_deepxde" + (" --quick" if args.quick else "") + \
+        (f" --steps {args.steps}" if args.steps else "") + " --write"
+    head = (f"Produced by `{cmd}` ({budget}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+            f"{os.cpu_count()} cores; wall times are of training only):\n\n"
+            "| port | sciml rel. L2 | DeepXDE rel. L2 | sciml time | DeepXDE time | sciml lines "
+            "| DeepXDE lines | fitted (sciml / DeepXDE) |\n|---|---|---|---|---|---|---|---|")
+    return head + "\n" + "\n".join(_row(r) for r in rows)
+
+
+def _write(table):
+    doc = open(DOC).read()
+    block = f"{BEGIN}\n{table}\n{END}"
+    if BEGIN in doc and END in doc:
+        doc = doc[:doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
+    else:
+        doc = doc.rstrip("\n") + "\n\n## DeepXDE's examples in sciml\n\n" + block + "\n"
+    from sciml._io import atomic_write
+    with atomic_write(DOC) as tmp:
+        with open(tmp, "w") as f:
+            f.write(doc)
+
+
+if __name__ == "__main__":
+    main()
