@@ -171,16 +171,10 @@ def activation_coeffs(activation, z):
     if name == "softplus":
         p = O.sigmoid(z)
         return O.softplus(z), p, p * (1.0 - p)
-    if name == "gelu":
-        c, a = math.sqrt(2.0 / math.pi), 0.044715
-        T = O.tanh(c * (z + a * z * z * z))
-        S = 1.0 - T * T
-        u1 = c * (1.0 + 3.0 * a * z * z)
-        u2 = (6.0 * a * c) * z
-        s0 = 0.5 * z * (1.0 + T)
-        s1 = 0.5 * (1.0 + T) + 0.5 * z * S * u1
-        s2 = S * u1 + 0.5 * z * S * (u2 - 2.0 * T * u1 * u1)
-        return s0, s1, s2
+    if name == "gelu":     # exact gelu z Phi(z), sm.gelu's default (the fused Taylor kernels use it too)
+        cdf = 0.5 * O.erfc(z * (-1.0 / math.sqrt(2.0)))
+        pdf = (1.0 / math.sqrt(2.0 * math.pi)) * O.exp(-0.5 * z * z)
+        return z * cdf, cdf + z * pdf, pdf * (2.0 - z * z)
     raise ValueError(f"activation_coeffs: unsupported activation {activation!r}")
 
 
