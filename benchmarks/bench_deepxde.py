@@ -19,6 +19,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import _arch  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORTS_DIR = os.path.join(ROOT, "examples", "deepxde")
 DOC = os.path.join(ROOT, "docs", "pinn.md")
@@ -90,9 +93,12 @@ def main(argv=None):
     ap.add_argument("--peer-path", default=os.environ.get("SCIML_PEER_PATH"))
     ap.add_argument("--timeout", type=int, default=7200)
     ap.add_argument("--write", action="store_true", help=f"write the table into {DOC}")
+    _arch.add_argument(ap)
     args = ap.parse_args(argv)
+    _arch.use(args.arch)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    env["SCIML_ARCH"] = args.arch          # the ports' sciml side runs on it (DeepXDE stays on the CPU)
     if args.quick:
         env["SCIML_QUICK"] = "1"
     if args.steps:

@@ -18,6 +18,9 @@ import os
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import _arch  # noqa: E402
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
@@ -148,11 +151,13 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=3, help="steps per round (best kept)")
     ap.add_argument("--cases", nargs="+", default=["cnn", "mlp", "lstm", "transformer"])
     ap.add_argument("--threads", type=int, default=1)
+    _arch.add_argument(ap)
     args = ap.parse_args(argv)
+    _arch.use(args.arch)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
     import numpy as np
     import sciml as sm
-    sm.init(dtype="float32", seed=0)
+    sm.init(arch=_arch.ARCH, dtype="float32", seed=0)
     ours = _sciml_cases(sm, np, args.cases)
     try:
         import torch

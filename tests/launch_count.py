@@ -40,6 +40,15 @@ def install():
             TOTAL["launch"] += 1
         return launch(self, *a)
 
+    raw = getattr(launch, "sciml_raw", None)   # sciml's lock wrapper (runtime._install_lock) keeps the raw launch
+    if raw is not None:                        # for callers that hold the lock: count those launches too
+
+        def counted_raw(self, *a):
+            if not _state["inside"]:
+                TOTAL["launch"] += 1
+            return raw(self, *a)
+        launch_kernel.sciml_raw = counted_raw
+
     def transfer(kind, f):
         def wrapped(*a, **k):
             if not _state["inside"]:

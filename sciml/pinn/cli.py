@@ -189,7 +189,11 @@ def run(args):
               f"{n_int} interior points, Adam {steps[0]} + {optimizer.upper()} {steps[1]} steps"
               + (f" on {transform}(loss)" if transform else "") + f", {args.dtype}, arch {runtime.arch()}"
               + (f", {dist.world_size()} MPI ranks" if dist.is_distributed() else ""))
-    if not args.quiet and not shows_summary:
+    if shows_summary:   # solve's own header gives points, steps and dtype: here only what it cannot know
+        header = (f"sciml solve {args.problem}: net {sizes or setup.sizes} {setup.activation}, "
+                  f"second stage {optimizer.upper()}" + (f" on {transform}(loss)" if transform else "")
+                  + f", arch {runtime.arch()}" + (f", {dist.world_size()} MPI ranks" if dist.is_distributed() else ""))
+    if not args.quiet:
         print(header, flush=True)
     result = setup.run(steps=steps, points=points, seed=args.seed, dtype=args.dtype, sizes=sizes,
                        optimizer=optimizer, log_every=args.log_every, loss_transform=transform, **talk)

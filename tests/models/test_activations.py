@@ -63,7 +63,8 @@ def test_modules_and_errors():
         LeakyReLU("a")
     with pytest.raises(ValueError, match="approximate='erf'"):
         GELU(approximate="erf")
-    np.testing.assert_array_equal(GELU(approximate="tanh")(x).numpy(), sm.gelu(x).numpy())
+    np.testing.assert_array_equal(GELU(approximate="tanh")(x).numpy(), sm.gelu(x, approximate="tanh").numpy())
+    np.testing.assert_array_equal(GELU()(x).numpy(), sm.gelu(x).numpy())          # exact by default (PyTorch)
     assert sm.models.MLP([2, 3, 1], "selu", seed=0).activation is selu
 
 
