@@ -21,7 +21,6 @@ from .autodiff.ops import (arccos, arccosh, arcsin, arcsinh, arctan, arctanh, at
 from .autodiff.fuse import fuse
 from .autodiff.ops.array import (all, any, argmax, argmin, argsort, cross, cumprod, cumsum, diag, diagonal, einsum,
                                  flip, kron, meshgrid, outer, pad, prod, repeat, roll, sort, std, tile, topk, trace)
-from . import linalg, random  # noqa: E402  (sm.linalg.solve, sm.random.normal, ...)
 from .graph import graph
 from .serialization import load, save
 from .autodiff.custom import checkpoint, custom_jvp, custom_vjp, remat
