@@ -16,7 +16,6 @@ import sys
 from .problems import OPTIMIZERS, PROBLEMS
 
 ARCHS = ("cpu", "vulkan", "cuda", "auto")
-_STAGE_NAMES = {"lbfgs": "L-BFGS", "bfgs": "BFGS", "ssbfgs": "SSBFGS", "ssbroyden": "SSBroyden", "lm": "LM"}
 
 
 def _steps(s):
@@ -202,9 +201,6 @@ def run(args):
         print(f"{args.problem}: relative L2 error {result.rel_l2:.3e}, max abs error {max_abs:.3e}, "
               f"{result.time:.1f} s ({result.path} derivatives)", flush=True)
     if args.plot and dist.is_main():
-        h = result.history
-        if "stage_step" not in h and steps[0] and steps[1]:   # mark the Adam -> second stage switch
-            h["stage_step"], h["stage_name"] = [0, steps[0]], ["Adam", _STAGE_NAMES.get(optimizer, optimizer)]
         result.plot(args.plot)
         if not args.quiet:
             print(f"plot written to {args.plot}")

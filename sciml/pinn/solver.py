@@ -270,6 +270,7 @@ class _Run:
         self.grid = reference_grid(problem)
         self.history = {k: [] for k in ["step", "loss", *self.names, "rel_l2", "time"]}
         self.step, self.opt_state, self.interrupted = 0, None, lambda: False
+        self.marks = {"stage_step": [], "stage_name": [], "resample_step": []}   # for Result.plot (this run)
         show = bool(progress) and dist.is_main()   # under MPI: rank 0 shows the progress
         self.console = Console(sum(s for _, s in self.stages), self.names, show=show,
                                verbose=bool(verbose))
@@ -305,6 +306,8 @@ class _Run:
                     opt.load_state_dict(self.opt_state)
             k0 = first if si == start else 0
             self._pos = None
+            self.marks["stage_step"].append(self.step)
+            self.marks["stage_name"].append(_STAGE_LABELS.get(type(opt).__name__, type(opt).__name__))
             try:
                 k, stopped = run_stage(self, si, opt, steps, k0)
             except KeyboardInterrupt:   # raised inside a step: keep the last finished one
@@ -327,6 +330,7 @@ class _Run:
         if k < steps and self.policy.due(self.step, n, force_resample):
             self.loss = self.policy.resample(self.problem, self.loss, self.params, self.rng,
                                              self.dtype, self.method)
+            self.marks["resample_step"].append(self.step)
             if is_curvature(opt) and self.policy.opts["restart"]:   # a new objective
                 opt.bind(self.leaves_tree)
         label = type(opt).__name__
@@ -412,7 +416,8 @@ class _Run:
         for k, v in _fitted(self.problem, self.pde).items():
             self.problem.parameters[k].fitted = v
         errs = errors(self.loss, self.params, self.grid)
-        result = Result(self.problem, self.net, self.loss, self.history, errs, wall, self.grid)
+        history = {**self.history, **self.marks}     # stage switches and resamplings, drawn by plot()
+        result = Result(self.problem, self.net, self.loss, history, errs, wall, self.grid)
         msg = f"{self.problem.name}: "
         msg += f"relative L2 error {errs['rel_l2']:.3e}, " if errs else \
             f"loss {self.history['loss'][-1]:.3e}, " if self.history["loss"] else ""
@@ -428,6 +433,9 @@ class _Run:
                                     + (f"; saved to {self.checkpoint}: run again to resume"
                                        if self.checkpoint else ""))
         return result
+
+
+_STAGE_LABELS = {"LBFGS": "L-BFGS", "LevenbergMarquardt": "LM", "GaussNewton": "Gauss-Newton"}
 
 
 @contextlib.contextmanager
