@@ -164,12 +164,12 @@ def train_torch(net, data, epochs, batch, lr):  # pragma: no cover - needs torch
         for i in range(0, len(xtr), batch):
             idx = order[i:i + batch]
             opt.zero_grad()
-            loss = rel(model(torch.tensor(xtr[idx])), torch.tensor(ytr[idx]))
+            loss = rel(model(torch.tensor(xtr[idx], dtype=dt)), torch.tensor(ytr[idx], dtype=dt))
             loss.backward()
             opt.step()
         times.append(time.perf_counter() - t0)
     with torch.no_grad():
-        err = float(rel(model(torch.tensor(xte)), torch.tensor(yte)))
+        err = float(rel(model(torch.tensor(xte, dtype=dt)), torch.tensor(yte, dtype=dt)))
     return err, times
 
 
