@@ -151,3 +151,19 @@ def test_errors():
         A.cumsum(sm.tensor(X), 3)
     with pytest.raises(ValueError, match="empty"):
         A.argmax(sm.tensor(np.zeros((0,))))
+
+
+def test_array_ops_are_tensor_methods_like_numpy():
+    a = np.array([[3.0, 1.0, 4.0], [1.0, 5.0, 9.0]])
+    t = sm.tensor(a)
+    np.testing.assert_allclose(t.cumsum(1).numpy(), a.cumsum(1))
+    np.testing.assert_allclose(t.cumprod(0).numpy(), a.cumprod(0))
+    np.testing.assert_allclose(float(t.prod()), a.prod())
+    np.testing.assert_allclose(t.std(axis=1).numpy(), a.std(axis=1))
+    assert int(t.argmax()) == a.argmax() and int(t.argmin()) == a.argmin()
+    np.testing.assert_array_equal(t.argsort(axis=1).numpy(), a.argsort(axis=1))
+    np.testing.assert_allclose(t.sort(axis=1).numpy(), np.sort(a, axis=1))
+    np.testing.assert_allclose(t.flip(0).numpy(), np.flip(a, 0))
+    assert bool(t.any()) and bool(t.all())
+    np.testing.assert_allclose(float(t.trace()), a.trace())
+    np.testing.assert_allclose(t.diagonal().numpy(), a.diagonal())

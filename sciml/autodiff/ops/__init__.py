@@ -38,3 +38,23 @@ def _method(fn):
 for _name in _METHODS:
     if not hasattr(_tensor_mod.Tensor, _name):
         setattr(_tensor_mod.Tensor, _name, _method(globals()[_name]))
+
+
+# Tensor methods of the array ops (x.cumsum(axis), x.argmax(), x.sort(), ...), as numpy's ndarray methods
+from . import array as _array  # noqa: E402  (array imports the modules above)
+
+_ARRAY_METHODS = ("cumsum", "cumprod", "prod", "std", "argmax", "argmin", "argsort", "sort", "flip", "any", "all",
+                  "trace", "diagonal")
+
+
+def _array_method(fn):
+    def m(self, *args, **kwargs):
+        return fn(self, *args, **kwargs)
+    m.__name__ = fn.__name__
+    m.__doc__ = fn.__doc__
+    return m
+
+
+for _name in _ARRAY_METHODS:
+    if not hasattr(_tensor_mod.Tensor, _name):
+        setattr(_tensor_mod.Tensor, _name, _array_method(getattr(_array, _name)))
