@@ -384,6 +384,12 @@ class _AdamFamily(_Composed):
         group["betas"] = _betas(where, group["betas"])
         _nonneg(where, eps=group["eps"])
 
+    def _prologue(self, group, t, p, g):
+        """What every rule of the family starts with: (b1, b2, lr, eps, t + 1, g with L2 weight decay)."""
+        b1, b2 = group["betas"]
+        wd = float(group["weight_decay"])
+        return b1, b2, self.group_lr(group), float(group["eps"]), t + 1, (g + wd * p if wd else g)
+
 
 class NAdam(_AdamFamily):
     """NAdam (Dozat 2016), PyTorch's form with momentum decay psi:
@@ -408,12 +414,8 @@ class NAdam(_AdamFamily):
 
     def _rule(self, group, t, p, g, s):
         from ..autodiff.ops import sqrt
-        b1, b2 = group["betas"]
-        lr, wd, eps, psi = self.group_lr(group), float(group["weight_decay"]), float(group["eps"]), \
-            float(group["momentum_decay"])
-        t += 1
-        if wd:
-            g = g + wd * p
+        b1, b2, lr, eps, t, g = self._prologue(group, t, p, g)
+        psi = float(group["momentum_decay"])
         mu, prod = self._mu(b1, psi, t)
         mu1, prod1 = self._mu(b1, psi, t + 1)
         m = b1 * s["m"] + (1 - b1) * g
@@ -434,11 +436,7 @@ class RAdam(_AdamFamily):
 
     def _rule(self, group, t, p, g, s):
         from ..autodiff.ops import sqrt
-        b1, b2 = group["betas"]
-        lr, wd, eps = self.group_lr(group), float(group["weight_decay"]), float(group["eps"])
-        t += 1
-        if wd:
-            g = g + wd * p
+        b1, b2, lr, eps, t, g = self._prologue(group, t, p, g)
         m = b1 * s["m"] + (1 - b1) * g
         v = b2 * s["v"] + (1 - b2) * g * g
         bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
@@ -460,11 +458,7 @@ class Adamax(_AdamFamily):
 
     def _rule(self, group, t, p, g, s):
         from ..autodiff.ops import abs as _abs, maximum
-        b1, b2 = group["betas"]
-        lr, wd, eps = self.group_lr(group), float(group["weight_decay"]), float(group["eps"])
-        t += 1
-        if wd:
-            g = g + wd * p
+        b1, b2, lr, eps, t, g = self._prologue(group, t, p, g)
         m = b1 * s["m"] + (1 - b1) * g
         u = maximum(b2 * s["u"], _abs(g) + eps)
         return p - (lr / (1 - b1 ** t)) * m / u, {"m": m, "u": u}
