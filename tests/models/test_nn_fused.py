@@ -98,3 +98,90 @@ def test_fused_nn_kernels_on_vulkan():
     r = subprocess.run([sys.executable, os.path.join(HERE, "vulkan_nn_fused_check.py")], capture_output=True,
                        text=True, env=env, timeout=600)
     assert r.returncode == 0 and "OK vulkan nn fused" in r.stdout, (r.stdout + r.stderr)[-4000:]
+
+
+# --- Dropout from the counter-based kernel -------------------------------------------------------------
+M32 = 0xFFFFFFFF
+
+
+def threefry_ref(k0, k1, c0, c1):
+    """Threefry-2x32-20 in plain Python (Salmon et al. 2011; as tests/test_random.py)."""
+    rot = (13, 15, 26, 6, 17, 29, 16, 24)
+    ks = (k0, k1, k0 ^ k1 ^ 0x1BD11BDA)
+    x0, x1 = (c0 + ks[0]) & M32, (c1 + ks[1]) & M32
+    for g in range(5):
+        for r in range(4):
+            x0 = (x0 + x1) & M32
+            s = rot[(g % 2) * 4 + r]
+            x1 = ((x1 << s) | (x1 >> (32 - s))) & M32
+            x1 ^= x0
+        x0 = (x0 + ks[(g + 1) % 3]) & M32
+        x1 = (x1 + ks[(g + 2) % 3] + g + 1) & M32
+    return x0, x1
+
+
+def dropout_mask_ref(seed, counter, n, p):
+    s = seed % (1 << 64)
+    k0, k1 = s >> 32, s & M32
+    thr = round(p * (1 << 24))
+    bits = [w for j in range((n + 1) // 2) for w in threefry_ref(k0, k1, counter, j)][:n]
+    return np.array([1 / (1 - p) if (b >> 8) >= thr else 0.0 for b in bits])
+
+
+def test_dropout_masks_follow_the_threefry_stream():
+    from sciml.models import Dropout
+    d = Dropout(0.3, seed=12345678901)
+    x = sm.tensor(R.normal(size=(7, 5)))
+    for counter in range(3):
+        want = x.numpy() * dropout_mask_ref(12345678901, counter, 35, 0.3).reshape(7, 5)
+        np.testing.assert_allclose(d(x).numpy(), want, rtol=1e-15)
+    np.testing.assert_array_equal(d.rng_state.numpy()[4:], [3, 0])
+    big = Dropout(0.25, seed=0)(sm.ones((400, 100))).numpy()
+    assert abs((big == 0).mean() - 0.25) < 0.01
+
+
+def test_dropout_counter_carries_into_the_high_word():
+    from sciml.models import Dropout
+    d = Dropout(0.5, seed=7)
+    st = d.rng_state.numpy().copy()
+    st[4] = 65535
+    d.rng_state._assign(st)
+    x = sm.ones((3, 4))
+    np.testing.assert_allclose(d(x).numpy().reshape(-1), dropout_mask_ref(7, 65535, 12, 0.5))
+    np.testing.assert_array_equal(d.rng_state.numpy()[4:], [0, 1])
+    np.testing.assert_allclose(d(x).numpy().reshape(-1), dropout_mask_ref(7, 65536, 12, 0.5))
+
+
+def test_dropout_gradient_is_the_mask_and_second_order_zero():
+    from sciml.models import Dropout
+    d = Dropout(0.4, seed=3)
+    x = sm.tensor(R.normal(size=(6, 4)))
+    m = dropout_mask_ref(3, 0, 24, 0.4).reshape(6, 4)
+    g = sm.grad(lambda t: (d(t) * t).sum())(x)  # d/dx (m x . x) = 2 m x
+    np.testing.assert_allclose(g.numpy(), 2 * m * x.numpy(), rtol=1e-14)
+    d.rng_state._assign(np.array([3, 0, 0, 0, 0, 0], float))  # seed 3: key words (0, 3)
+    st = d.rng_state.numpy().copy()
+
+    def f(t):
+        d.rng_state._assign(st)  # the same mask on every evaluation (finite differences)
+        return d(t) ** 2
+    check_grads(f, (x,), order=2)
+
+
+def test_dropout_under_jit_replays_fresh_masks_as_eager():
+    from sciml.models import Dropout, Linear, Sequential
+    x = sm.tensor(R.normal(size=(8, 5)))
+
+    def make():
+        return Sequential(Linear(5, 6, seed=0), Dropout(0.5, seed=3), Linear(6, 1, seed=1))
+    a, b = make(), make()
+    eager = sm.value_and_grad(lambda p: (a.apply(p, x) ** 2).mean())
+    jitted = sm.jit(sm.value_and_grad(lambda p: (b.apply(p, x) ** 2).mean()), verify=False, fallback="raise")
+    vals = []
+    for _ in range(4):
+        (v1, g1), (v2, g2) = eager(a.params()), jitted(b.params())
+        np.testing.assert_allclose(float(v2), float(v1), rtol=1e-13)
+        np.testing.assert_allclose(g2["layers"]["0"]["weight"].numpy(), g1["layers"]["0"]["weight"].numpy(), rtol=1e-12)
+        vals.append(float(v1))
+    assert len(set(vals)) == 4 and jitted.stats["replays"] == 3
+    np.testing.assert_array_equal(a.state_dict()["layers.1.rng_state"], b.state_dict()["layers.1.rng_state"])

@@ -1,5 +1,6 @@
 """Vulkan pass over the fused NN kernels (run in its own process by test_nn_fused.py): the LSTM time loop
-forward and backward against a numpy reference. Exits non-zero naming the failing check."""
+forward and backward against a numpy reference;
+Dropout masks equal to the plain-Python Threefry stream. Exits non-zero naming the failing check."""
 import os
 import sys
 
@@ -74,6 +75,15 @@ def main():
     assert out.shape == (4, 2, 6) and hn.shape == (4, 2, 3), (out.shape, hn.shape)
     gp = sm.grad(lambda p: (m.apply(p, sm.tensor(np.ones((4, 2, 2), f)))[0] ** 2).sum())(m.params())
     assert all(np.isfinite(v.numpy()).all() for v in gp.values())
+    from sciml.models import Dropout
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_nn_fused import dropout_mask_ref
+    d = Dropout(0.3, seed=12345678901)
+    x = R.normal(size=(9, 7)).astype(f)
+    for counter in range(2):
+        want = x * dropout_mask_ref(12345678901, counter, 63, 0.3).reshape(9, 7)
+        check(f"dropout mask {counter}", d(sm.tensor(x)), want, 1e-6)
+    check("dropout counter", d.rng_state.numpy()[4:], [2, 0], 0)
     if fails:
         print("\n".join(fails))
         sys.exit(1)
