@@ -185,3 +185,45 @@ def test_dropout_under_jit_replays_fresh_masks_as_eager():
         vals.append(float(v1))
     assert len(set(vals)) == 4 and jitted.stats["replays"] == 3
     np.testing.assert_array_equal(a.state_dict()["layers.1.rng_state"], b.state_dict()["layers.1.rng_state"])
+
+
+# --- BatchNorm: one fused kernel forward, one backward -------------------------------------------------
+def test_batch_norm_fused_derivatives_to_second_order_and_equal_composed():
+    from sciml.models._norm_fused import batch_norm_composed, batch_norm_train
+    x, w, b = sm.tensor(R.normal(size=(4, 3, 2, 3))), sm.tensor(R.normal(size=3)), sm.tensor(R.normal(size=3))
+    check_grads(lambda x, w, b: batch_norm_train(x, w, b, 1e-3), (x, w, b), order=2)
+    np.testing.assert_allclose(batch_norm_train(x, w, b).numpy(), batch_norm_composed(x, w, b, 1e-5).numpy(),
+                               rtol=1e-13, atol=1e-14)
+    u = sm.tensor(R.normal(size=x.shape))
+    got = sm.vjp(lambda x, w, b: batch_norm_train(x, w, b), x, w, b)[1](u)
+    want = sm.vjp(lambda x, w, b: batch_norm_composed(x, w, b, 1e-5), x, w, b)[1](u)
+    for a, c in zip(got, want):
+        np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("shape, affine", [((4, 3, 5, 2), True), ((6, 3), False), ((5, 3, 4), True)])
+def test_batch_norm_matches_torch_values_gradients_running_stats(shape, affine):
+    torch = pytest.importorskip("torch")
+    from sciml.models import BatchNorm1d, BatchNorm2d
+    tcls, cls = (torch.nn.BatchNorm2d, BatchNorm2d) if len(shape) == 4 else (torch.nn.BatchNorm1d, BatchNorm1d)
+    tb, m = tcls(3, momentum=0.2, affine=affine).double(), cls(3, momentum=0.2, affine=affine)
+    if affine:
+        with torch.no_grad():
+            tb.weight.copy_(torch.tensor(R.normal(size=3)))
+            tb.bias.copy_(torch.tensor(R.normal(size=3)))
+    m.load_state_dict({k: v.numpy() for k, v in tb.state_dict().items() if k != "num_batches_tracked"})
+    x, gy = R.normal(size=shape), R.normal(size=shape)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = tb(xt)
+    (yt * torch.tensor(gy)).sum().backward()
+    y = m(sm.tensor(x))
+    if affine:
+        (y * sm.tensor(gy)).sum().backward()
+    np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(m.running_mean.numpy(), tb.running_mean.numpy(), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(m.running_var.numpy(), tb.running_var.numpy(), rtol=1e-13, atol=1e-15)
+    gx = sm.grad(lambda x: (m(x) * sm.tensor(gy)).sum())(sm.tensor(x))
+    np.testing.assert_allclose(gx.numpy(), xt.grad.numpy(), rtol=1e-11, atol=1e-12)
+    if affine:
+        np.testing.assert_allclose(m.weight.grad.numpy(), tb.weight.grad.numpy(), rtol=1e-11, atol=1e-12)
+        np.testing.assert_allclose(m.bias.grad.numpy(), tb.bias.grad.numpy(), rtol=1e-11, atol=1e-12)

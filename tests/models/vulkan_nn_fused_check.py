@@ -1,6 +1,6 @@
 """Vulkan pass over the fused NN kernels (run in its own process by test_nn_fused.py): the LSTM time loop
-forward and backward against a numpy reference;
-Dropout masks equal to the plain-Python Threefry stream. Exits non-zero naming the failing check."""
+forward and backward against a numpy reference; Dropout masks equal to the plain-Python Threefry stream;
+fused BatchNorm forward/backward vs numpy. Exits non-zero naming the failing check."""
 import os
 import sys
 
@@ -84,6 +84,26 @@ def main():
         want = x * dropout_mask_ref(12345678901, counter, 63, 0.3).reshape(9, 7)
         check(f"dropout mask {counter}", d(sm.tensor(x)), want, 1e-6)
     check("dropout counter", d.rng_state.numpy()[4:], [2, 0], 0)
+    from sciml.models import BatchNorm2d
+    bn = BatchNorm2d(3, momentum=0.2)
+    wv, bv = R.normal(size=3), R.normal(size=3)
+    bn.weight._assign(wv.astype(f))
+    bn.bias._assign(bv.astype(f))
+    x, gy = R.normal(size=(4, 3, 5, 2)), R.normal(size=(4, 3, 5, 2))
+    mu, var = x.mean((0, 2, 3), keepdims=True), x.var((0, 2, 3), keepdims=True)
+    xh = (x - mu) / np.sqrt(var + 1e-5)
+    check("batch_norm forward", bn(sm.tensor(x.astype(f))), xh * wv.reshape(1, 3, 1, 1) + bv.reshape(1, 3, 1, 1))
+    check("batch_norm running_var", bn.running_var, 0.8 + 0.2 * x.var((0, 2, 3), ddof=1))
+    gp, gx = sm.grad(lambda p, x: (bn.apply(p, x) * sm.tensor(gy.astype(f))).sum(), argnums=(0, 1))(
+        bn.params(), sm.tensor(x.astype(f)))
+    m = x.size // 3
+    gxh = gy * wv.reshape(1, 3, 1, 1)
+    want = (gxh - gxh.mean((0, 2, 3), keepdims=True) - xh * (gxh * xh).mean((0, 2, 3), keepdims=True)) / \
+        np.sqrt(var + 1e-5)
+    check("batch_norm backward x", gx, want, 1e-3)
+    check("batch_norm backward weight", gp["weight"], (gy * xh).sum((0, 2, 3)), 1e-3)
+    check("batch_norm backward bias", gp["bias"], gy.sum((0, 2, 3)), 1e-3)
+    assert m == 40
     if fails:
         print("\n".join(fails))
         sys.exit(1)
