@@ -13,6 +13,8 @@ backward. The pointwise kernels use the float32 rational tanh/sigmoid of ``eleme
 float64), as sciml's tanh/sigmoid ops do.
 """
 from . import _common as C
+from . import blas as _blas
+from .linalg import _host_matmul
 from .. import backend
 
 
@@ -91,9 +93,15 @@ def _build_copy(dtype, serial, add):
     return k
 
 
+def _host_copy(src, s0, dst, d0, n):
+    dst[d0:d0 + n] = src[s0:s0 + n]
+
+
 def copy(src, s0: int, dst, d0: int, n: int, dtype: str, add: bool = False):
-    """dst[d0:d0+n] = src[s0:s0+n] (``add``: +=) on flat buffers."""
-    if n:
+    """dst[d0:d0+n] = src[s0:s0+n] (``add``: +=) on flat buffers (on CPU a plain copy is a memcpy)."""
+    if n and not add and backend.on_host():
+        C.host_call(_host_copy, src, s0, dst, d0, n)
+    elif n:
         serial = C.launch_mode(n, C.CHEAP)
         C.cached(("rec_copy", dtype, serial, add), lambda: _build_copy(dtype, serial, add))(src, s0, dst, d0, n)
 
@@ -121,20 +129,24 @@ def _build_step_gemm(dtype, trans):
     return k
 
 
-STEP_THREADS_BELOW = 1 << 22  # m*n*k below which a step's GEMM runs on one BLAS thread
+STEP_THREADS_BELOW = 1 << 22  # m*n*k below which the steps' GEMMs run on one BLAS thread
 
 
 def _host_gemm(a, a0, W, out, o, m, n, k, trans_w, accumulate, dtype):
-    """One step's GEMM on host buffers at offsets. A step's GEMM is small (32 x 512 x 128 in the benchmark) and
-    the steps are sequential: on one BLAS thread it does not wait for a second one (measured on the loaded
-    2-core machine: 0.5-1.4 ms on one OpenBLAS thread against 3-36 ms on two)."""
-    from . import blas
-    from .linalg import _host_matmul
-    if m * n * k < STEP_THREADS_BELOW:
-        with blas.threads(1):
-            _host_matmul(a[a0:a0 + m * k], W, out[o:o + m * n], 1, m, n, k, False, not trans_w, dtype, accumulate)
-    else:
-        _host_matmul(a[a0:a0 + m * k], W, out[o:o + m * n], 1, m, n, k, False, not trans_w, dtype, accumulate)
+    """One step's GEMM on host buffers at offsets (the ctypes BLAS directly, else numpy's matmul)."""
+    av, ov = a[a0:a0 + m * k], out[o:o + m * n]
+    if not _blas.gemm(av, W, ov, m, n, k, False, not trans_w, dtype, accumulate):
+        _host_matmul(av, W, ov, 1, m, n, k, False, not trans_w, dtype, accumulate)
+
+
+def _step_threads(m, n, k):
+    """A step's GEMM is small (32 x 512 x 128 in the benchmark) and the steps are sequential: on one BLAS thread
+    it does not wait for a second one (measured on the loaded 2-core machine: 0.5-1.4 ms on one OpenBLAS thread
+    against 3-36 ms on two). The eager loop runs inside this context; a jit replay keeps the process's count."""
+    import contextlib
+    if backend.on_host() and m * n * k < STEP_THREADS_BELOW:
+        return _blas.threads(1)
+    return contextlib.nullcontext()
 
 
 def _serial(n):
@@ -147,12 +159,26 @@ def lstm_forward(G, W_hh, Hs, Cs, T: int, B: int, H: int, dtype: str):
     cell = C.cached(("lstm_fwd", dtype, serial), lambda: _build_fwd(dtype, serial))
     host = backend.on_host()
     gemm = None if host else C.cached(("lstm_gemm", dtype, False), lambda: _build_step_gemm(dtype, False))
+    ptrs = _vec_cells((G, Hs, Cs), dtype, H)
+    vk = counts = None
+    if ptrs is not None:
+        from . import _vec as V
+        vk = V.cached(("lstm_fwd_vec",), _build_fwd_vec, V.LANES[dtype])
+        counts = [a.size // V.LANES[dtype] for a in (G, Hs, Cs)]
+    with _step_threads(B, 4 * H, H):
+        _forward_steps(T, B, H, G, W_hh, Hs, Cs, host, gemm, ptrs, vk, counts, cell, dtype)
+
+
+def _forward_steps(T, B, H, G, W_hh, Hs, Cs, host, gemm, ptrs, vk, counts, cell, dtype):
     for t in range(T):
         if host:  # G[t] += h_{t-1} @ W_hh^T
             C.host_call(_host_gemm, Hs, t * B * H, W_hh, G, t * B * 4 * H, B, 4 * H, H, False, True, dtype)
         else:
             gemm(Hs, t * B * H, W_hh, G, t * B * 4 * H, B, 4 * H, H)
-        cell(G, Hs, Cs, t, B, H)
+        if ptrs is not None:
+            vk((G, Hs, Cs), ptrs, counts, (t, B, H // 4))
+        else:
+            cell(G, Hs, Cs, t, B, H)
 
 
 def lstm_backward(G, Cs, W_hh, gH, dG, dh, dc, T: int, B: int, H: int, dtype: str):
@@ -163,10 +189,133 @@ def lstm_backward(G, Cs, W_hh, gH, dG, dh, dc, T: int, B: int, H: int, dtype: st
     cell = C.cached(("lstm_bwd", dtype, serial), lambda: _build_bwd(dtype, serial))
     host = backend.on_host()
     gemm = None if host else C.cached(("lstm_gemm", dtype, True), lambda: _build_step_gemm(dtype, True))
+    arrays = (G, Cs, dh, gH, dc, dG)
+    ptrs = _vec_cells(arrays, dtype, H)
+    vk = counts = None
+    if ptrs is not None:
+        from . import _vec as V
+        vk = V.cached(("lstm_bwd_vec",), _build_bwd_vec, V.LANES[dtype])
+        counts = [a.size // V.LANES[dtype] for a in arrays]
+    with _step_threads(B, H, 4 * H):
+        _backward_steps(T, B, H, arrays, W_hh, host, gemm, ptrs, vk, counts, cell, dtype)
+    copy(gH, 0, dh, 0, B * H, dtype, add=True)
+
+
+def _backward_steps(T, B, H, arrays, W_hh, host, gemm, ptrs, vk, counts, cell, dtype):
+    G, Cs, dh, gH, dc, dG = arrays
     for t in range(T - 1, -1, -1):
-        cell(G, Cs, dh, gH, dc, dG, t, B, H)
+        if ptrs is not None:
+            vk(arrays, ptrs, counts, (t, B, H // 4))
+        else:
+            cell(G, Cs, dh, gH, dc, dG, t, B, H)
         if host:  # dh_{t-1} (recurrent part) = dG[t] @ W_hh
             C.host_call(_host_gemm, dG, t * B * 4 * H, W_hh, dh, 0, B, H, 4 * H, True, False, dtype)
         else:
             gemm(dG, t * B * 4 * H, W_hh, dh, 0, B, H, 4 * H)
-    copy(gH, 0, dh, 0, B * H, dtype, add=True)
+
+
+# --- 16-byte vector forms of the cell kernels (CPU, float32, H % 4 == 0, aligned buffers; see _vec.py) ----
+VECTOR = True  # False: the scalar kernels only (what devices run)
+
+
+def _vec_funcs():
+    ti = C.ti()
+    from .elementwise import _F32_TANH
+    T = ti.f32
+    a1, a3, a5, a7, a9, a11, a13, b0, b2, b4, b6 = _F32_TANH
+
+    @ti.func
+    def ratio(x):  # elementwise._tanh_ratio with every constant typed f32 (an untyped literal is f64 in a
+        c = ti.cast(7.90531110763549805, T)  # float64-default process, and a f64 constant next to an f32 vector
+        xc = ti.select(x > c, c, ti.select(x < -c, -c, x))  # crashes; see _vec.py)
+        x2 = xc * xc
+        p = x2 * ti.cast(a13, T) + ti.cast(a11, T)
+        p = x2 * p + ti.cast(a9, T)
+        p = x2 * p + ti.cast(a7, T)
+        p = x2 * p + ti.cast(a5, T)
+        p = x2 * p + ti.cast(a3, T)
+        p = x2 * p + ti.cast(a1, T)
+        p = xc * p
+        q = x2 * ti.cast(b6, T) + ti.cast(b4, T)
+        q = x2 * q + ti.cast(b2, T)
+        q = x2 * q + ti.cast(b0, T)
+        one = ti.cast(1, T)
+        sat = ti.cast(9.0, T)
+        return ti.select(x > sat, one, ti.select(x < -sat, -one, p / q))
+
+    @ti.func
+    def tanh(x):  # the scalar kernels' tanh32: x itself where |x| < 4e-4
+        return ti.select(x * x < ti.cast(1.6e-7, T), x, ratio(x))
+
+    @ti.func
+    def sig(x):
+        h = ti.cast(0.5, T)
+        return h * tanh(h * x) + h
+    return tanh, sig
+
+
+def _build_fwd_vec():
+    from . import _vec as V
+    ti = C.ti()
+    A = ti.types.ndarray(dtype=ti.types.vector(V.LANES["float32"], ti.f32), ndim=1)
+    tanh, sig = _vec_funcs()
+
+    @ti.kernel
+    def k(G: A, Hs: A, Cs: A, t: ti.i32, B: ti.i32, hv: ti.i32):
+        ti.loop_config(serialize=True)
+        for b in range(B):
+            g0 = (t * B + b) * 4 * hv
+            s0 = (t * B + b) * hv
+            s1 = s0 + B * hv
+            for j in range(hv):
+                gi = sig(G[g0 + j])
+                gf = sig(G[g0 + hv + j])
+                gg = tanh(G[g0 + 2 * hv + j])
+                go = sig(G[g0 + 3 * hv + j])
+                c = gf * Cs[s0 + j] + gi * gg
+                G[g0 + j] = gi
+                G[g0 + hv + j] = gf
+                G[g0 + 2 * hv + j] = gg
+                G[g0 + 3 * hv + j] = go
+                Cs[s1 + j] = c
+                Hs[s1 + j] = go * tanh(c)
+    return k
+
+
+def _build_bwd_vec():
+    from . import _vec as V
+    ti = C.ti()
+    A = ti.types.ndarray(dtype=ti.types.vector(V.LANES["float32"], ti.f32), ndim=1)
+    tanh, _ = _vec_funcs()
+
+    @ti.kernel
+    def k(G: A, Cs: A, dh_rec: A, gH: A, dc: A, dG: A, t: ti.i32, B: ti.i32, hv: ti.i32):
+        ti.loop_config(serialize=True)
+        for b in range(B):
+            one = ti.cast(1, ti.f32)
+            g0 = (t * B + b) * 4 * hv
+            s0 = (t * B + b) * hv
+            s1 = s0 + B * hv
+            r = b * hv
+            for j in range(hv):
+                gi = G[g0 + j]
+                gf = G[g0 + hv + j]
+                gg = G[g0 + 2 * hv + j]
+                go = G[g0 + 3 * hv + j]
+                tc = tanh(Cs[s1 + j])
+                dh = dh_rec[r + j] + gH[s1 + j]
+                d = dc[r + j] + dh * go * (one - tc * tc)
+                dG[g0 + j] = d * gg * gi * (one - gi)
+                dG[g0 + hv + j] = d * Cs[s0 + j] * gf * (one - gf)
+                dG[g0 + 2 * hv + j] = d * gi * (one - gg * gg)
+                dG[g0 + 3 * hv + j] = dh * tc * go * (one - go)
+                dc[r + j] = d * gf
+    return k
+
+
+def _vec_cells(arrays, dtype, H):
+    """(forward kernel, backward kernel, pointers) for the vector forms, or None when they do not apply."""
+    from . import _vec as V
+    if not (VECTOR and dtype == "float32" and H % V.LANES[dtype] == 0 and backend.on_host()):
+        return None
+    return V.pointers(arrays)

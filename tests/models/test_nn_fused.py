@@ -227,3 +227,52 @@ def test_batch_norm_matches_torch_values_gradients_running_stats(shape, affine):
     if affine:
         np.testing.assert_allclose(m.weight.grad.numpy(), tb.weight.grad.numpy(), rtol=1e-11, atol=1e-12)
         np.testing.assert_allclose(m.bias.grad.numpy(), tb.bias.grad.numpy(), rtol=1e-11, atol=1e-12)
+
+
+# --- conv epilogue: bias + (N*Ho*Wo, O) -> (N, O, Ho, Wo) in one kernel ---------------------------------
+def test_conv_epilogue_derivatives_and_equal_composed():
+    from sciml.models._conv_fused import conv_epilogue, conv_epilogue_composed
+    y, b = sm.tensor(R.normal(size=(2 * 3 * 4, 5))), sm.tensor(R.normal(size=5))
+    check_grads(lambda y, b: conv_epilogue(y, b, (2, 3, 4)), (y, b), order=2)
+    np.testing.assert_array_equal(conv_epilogue(y, b, (2, 3, 4)).numpy(),
+                                  conv_epilogue_composed(y, b, (2, 3, 4)).numpy())
+    u = sm.tensor(R.normal(size=(2, 5, 3, 4)))
+    got = sm.vjp(lambda y, b: conv_epilogue(y, b, (2, 3, 4)), y, b)[1](u)
+    want = sm.vjp(lambda y, b: conv_epilogue_composed(y, b, (2, 3, 4)), y, b)[1](u)
+    for a, c in zip(got, want):
+        np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-14, atol=1e-14)
+
+
+def test_conv2d_with_bias_matches_torch():
+    torch = pytest.importorskip("torch")
+    from sciml.models import Conv2d
+    tc = torch.nn.Conv2d(3, 4, 3, padding=1, stride=2).double()
+    m = Conv2d(3, 4, 3, padding=1, stride=2)
+    m.load_state_dict({k: v.detach().numpy() for k, v in tc.state_dict().items()})
+    x, gy = R.normal(size=(2, 3, 7, 6)), R.normal(size=(2, 4, 4, 3))
+    xt = torch.tensor(x, requires_grad=True)
+    yt = tc(xt)
+    (yt * torch.tensor(gy)).sum().backward()
+    gp, gx = sm.grad(lambda p, x: (m.apply(p, x) * sm.tensor(gy)).sum(), argnums=(0, 1))(m.params(), sm.tensor(x))
+    np.testing.assert_allclose(m(sm.tensor(x)).numpy(), yt.detach().numpy(), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(gx.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(gp["bias"].numpy(), tc.bias.grad.numpy(), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(gp["weight"].numpy(), tc.weight.grad.numpy(), rtol=1e-12, atol=1e-13)
+
+
+def test_lstm_float32_vector_cells_equal_scalar_cells():
+    from sciml.kernels import recurrent as KR
+    T, B, H = 6, 3, 8
+    args = [sm.tensor(R.normal(size=s), "float32") for s in [(T, B, 4 * H), (4 * H, H), (B, H), (B, H)]]
+    u = sm.tensor(R.normal(size=((T + 1) * B * H + B * H,)), "float32")
+    res = []
+    for vec in (True, False):
+        KR.VECTOR = vec
+        try:
+            P, pull = sm.vjp(lstm_sequence, *args)
+            res.append([P.numpy()] + [g.numpy() for g in pull(u)])
+        finally:
+            KR.VECTOR = True
+    for a, b in zip(*res):
+        assert a.dtype == np.float32
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -1,6 +1,6 @@
 """Vulkan pass over the fused NN kernels (run in its own process by test_nn_fused.py): the LSTM time loop
 forward and backward against a numpy reference; Dropout masks equal to the plain-Python Threefry stream;
-fused BatchNorm forward/backward vs numpy. Exits non-zero naming the failing check."""
+fused BatchNorm forward/backward and the conv epilogue vs numpy. Exits non-zero naming the failing check."""
 import os
 import sys
 
@@ -104,6 +104,14 @@ def main():
     check("batch_norm backward weight", gp["weight"], (gy * xh).sum((0, 2, 3)), 1e-3)
     check("batch_norm backward bias", gp["bias"], gy.sum((0, 2, 3)), 1e-3)
     assert m == 40
+    from sciml.models._conv_fused import conv_epilogue
+    y, bb, u = R.normal(size=(2 * 3 * 4, 5)), R.normal(size=5), R.normal(size=(2, 5, 3, 4))
+    want = (y + bb).reshape(2, 3, 4, 5).transpose(0, 3, 1, 2)
+    check("conv_epilogue forward", conv_epilogue(sm.tensor(y.astype(f)), sm.tensor(bb.astype(f)), (2, 3, 4)), want)
+    gy, gbb = sm.vjp(lambda y, b: conv_epilogue(y, b, (2, 3, 4)), sm.tensor(y.astype(f)), sm.tensor(bb.astype(f)))[1](
+        sm.tensor(u.astype(f)))
+    check("conv_epilogue backward y", gy, u.transpose(0, 2, 3, 1).reshape(-1, 5))
+    check("conv_epilogue backward b", gbb, u.sum((0, 2, 3)))
     if fails:
         print("\n".join(fails))
         sys.exit(1)
