@@ -1,6 +1,6 @@
 """Neural-network training steps, sciml vs PyTorch eager side by side in one process (issue 16's targets).
 
-    python -m benchmarks.bench_nn [--rounds 7] [--cases cnn mlp lstm transformer] [--threads 1]
+    python -m benchmarks.bench_nn [--rounds 7] [--cases cnn mlp lstm transformer] [--threads N]
 
 Cases (one optimisation step each: forward, backward, Adam):
   * cnn: the digits CNN (conv 1->16 3x3, ReLU, max-pool, conv 16->32, BatchNorm2d, ReLU, max-pool, Dropout,
@@ -11,7 +11,10 @@ Cases (one optimisation step each: forward, backward, Adam):
 sciml steps use PyTorch-style code (``loss.backward(); opt.step(); opt.zero_grad()``) and, where noted, the
 functional ``value_and_grad`` path. Timings: rounds interleave sciml and torch; per round the best of a few
 steps; the table shows the median over rounds in ms and the ratio. Without torch only sciml's column is shown.
-Both run float32 with ``--threads`` BLAS/intra-op threads.
+Both run float32 on the same number of threads: ``--threads`` (default: sciml's, the Taichi CPU thread
+count) sets sciml's BLAS threads (``sciml.kernels.blas.set_threads``) and ``torch.set_num_threads``; Taichi's
+parallel loops use its own pool (the CPU count). The header names the CPU, the BLAS, the thread count and the
+load average (a loaded machine makes every number slower and noisier).
 """
 import argparse
 import os
@@ -103,7 +106,7 @@ def _torch_cases(torch, np, cases):
             loss.backward()
             opt.step()
             opt.zero_grad()
-            return float(loss)
+            return loss.item()
         return step
 
     f32 = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
@@ -145,28 +148,48 @@ def _torch_cases(torch, np, cases):
     return out
 
 
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or "unknown CPU"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=3, help="steps per round (best kept)")
-    ap.add_argument("--cases", nargs="+", default=["cnn", "mlp", "lstm", "transformer"])
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cases", nargs="+", default=["cnn", "mlp", "lstm", "transformer"],
+                    choices=["cnn", "mlp", "lstm", "transformer"])
+    ap.add_argument("--threads", type=int, default=None, help="threads for both (default: sciml's thread count)")
     _arch.add_argument(ap)
     args = ap.parse_args(argv)
     _arch.use(args.arch)
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
     import numpy as np
     import sciml as sm
+    from sciml import runtime
+    from sciml.kernels import blas
     sm.init(arch=_arch.ARCH, dtype="float32", seed=0)
+    threads = args.threads or runtime.num_threads()
+    blas.set_threads(threads)
     ours = _sciml_cases(sm, np, args.cases)
     try:
         import torch
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(threads)
         torch.manual_seed(0)
         theirs = _torch_cases(torch, np, args.cases)
+        peer = f"torch {torch.__version__} eager, {torch.get_num_threads()} threads"
     except ImportError:
         theirs = {}
-        print("(torch is not installed: sciml column only; pip install -e '.[bench]')")
+        peer = "torch is not installed: sciml column only; pip install -e '.[bench]'"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"# {_cpu_name()}, {os.cpu_count()} CPUs, load average {load:.1f}; arch {_arch.ARCH}, float32, "
+          f"{threads} threads; BLAS {blas.name()}; {peer}")
     for f in list(ours.values()) + list(theirs.values()):   # warm-up: compile kernels, allocate
         f()
         f()

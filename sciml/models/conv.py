@@ -60,7 +60,11 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         wg = reshape(weight, (groups, O // groups, k))                              # (G, Og, k)
         y = reshape(transpose(matmul(cg, wg, transpose_b=True), (1, 0, 2)), (N * Ho * Wo, O))
     if bias is not None:
-        y = bias_act(y, as_tensor(bias, y.dtype), "identity")
+        bias = as_tensor(bias, y.dtype)
+        if bias.dtype == y.dtype and bias.shape == (O,):  # bias + NHWC -> NCHW in one kernel (adjoint: one)
+            from ._conv_fused import conv_epilogue
+            return conv_epilogue(y, bias, (N, Ho, Wo))
+        y = bias_act(y, bias, "identity")
     return transpose(reshape(y, (N, Ho, Wo, O)), (0, 3, 1, 2))
 
 

@@ -6,7 +6,7 @@ import numpy as np
 from .. import backend
 
 from ..autodiff.ops import mean, sqrt, take
-from ..autodiff.primitive import no_grad
+from ..autodiff.primitive import Primitive, no_grad
 from ..autodiff.tensor import Tensor, as_tensor, tensor
 from . import _check as C
 from . import init as I
@@ -49,6 +49,12 @@ class _BatchNorm(Module):
             if n < 2:
                 raise ValueError(f"{type(self).__name__}: training needs more than one value per channel, got x of "
                                  f"shape {x.shape}; use eval() or a larger batch.")
+            w, b = self.weight, self.bias
+            if w is None:
+                w, b = tensor(np.ones(self.num_features), x.dtype), tensor(np.zeros(self.num_features), x.dtype)
+            if all(t.dtype == x.dtype for t in (w, b, self.running_mean, self.running_var)):
+                from ._norm_fused import batch_norm_train  # one kernel forward (running stats included), one backward
+                return batch_norm_train(x, w, b, self.eps, self.momentum, (self.running_mean, self.running_var))
             mu = mean(x, axes, keepdims=True)
             d = x - mu
             var = mean(d * d, axes, keepdims=True)
@@ -199,56 +205,43 @@ def dropout(x, p, rng, training=True):
     return x * tensor(keep / (1.0 - p), x.dtype)
 
 
-def _rng_words(rng) -> np.ndarray:
-    """A PCG64 Generator's full state as 19 integers < 2**16 (exact in float32 and float64):
-    the 128-bit state and increment as 8 16-bit words each, has_uint32, and the buffered uint32
-    as 2 words."""
-    st = rng.bit_generator.state
-    if st["bit_generator"] != "PCG64":  # pragma: no cover - Dropout always makes a PCG64
-        raise TypeError(f"Dropout: cannot checkpoint a {st['bit_generator']} stream; expected PCG64.")
-    s, inc = st["state"]["state"], st["state"]["inc"]
-    words = [(s >> (16 * i)) & 0xFFFF for i in range(8)] + [(inc >> (16 * i)) & 0xFFFF for i in range(8)]
-    u = int(st["uinteger"])
-    words += [int(st["has_uint32"]), u & 0xFFFF, (u >> 16) & 0xFFFF]
-    return np.array(words, dtype=np.float64)
+def _mask_fwd(state, shape, dtype, p):
+    from ..kernels import nn_dropout as KD
+    n = int(np.prod(shape, dtype=np.int64))
+    out = backend.empty(max(n, 1), dtype)
+    KD.mask(state._buf, out, n, p, state.dtype, dtype)
+    return out, shape, dtype
 
 
-def _set_rng_words(rng, words):
-    w = [int(round(float(x))) for x in np.asarray(words).reshape(-1)]
-    if len(w) != 19 or any(not 0 <= x < 1 << 16 for x in w):
-        raise ValueError("Dropout: rng_state does not hold a saved random stream (19 integers in [0, 65536)).")
-    s = sum(x << (16 * i) for i, x in enumerate(w[:8]))
-    inc = sum(x << (16 * i) for i, x in enumerate(w[8:16]))
-    rng.bit_generator.state = {"bit_generator": "PCG64", "state": {"state": s, "inc": inc},
-                               "has_uint32": w[16], "uinteger": w[17] | (w[18] << 16)}
+_dropout_mask = Primitive("dropout_mask", _mask_fwd, order=0)  # a constant to every transform
 
 
 class Dropout(Module):
     """Inverted dropout with its own seeded random stream (``seed``; None: drawn from the global generator
     that :func:`sciml.manual_seed` seeds): active in train(), identity in eval().
 
-    The stream's position is the buffer ``rng_state`` (19 integers < 2**16), so ``state_dict()``,
-    ``save``/``load`` and Trainer checkpoints carry it: a resumed run draws the same masks as an
-    uninterrupted one. Loading a state dict into the module moves the stream to the saved position.
+    The mask is drawn by a Taichi kernel from a counter-based generator (Threefry-2x32,
+    ``sciml/kernels/nn_dropout.py``) whose key and counter live in the buffer ``rng_state`` (6 integers
+    < 2**16), and a second kernel advances the counter: ``state_dict()``, ``save``/``load`` and Trainer
+    checkpoints carry the stream (a resumed run draws the same masks as an uninterrupted one), and a
+    function jitted with ``sm.jit(..., verify=False)`` draws a fresh mask on every replay, as eager calls
+    do (jit's verification call would itself advance the stream, so the default ``verify=True`` reports a
+    mismatch).
     """
 
     def __init__(self, p=0.5, *, seed=None):
+        from ..kernels.nn_dropout import state_words
         self.p = C.prob("Dropout", "p", p)
-        self._rng = np.random.default_rng(I.resolve_seed(seed, "Dropout(seed)"))
-        self._words = _rng_words(self._rng)
-        self.rng_state = Buffer(self._words)
+        self.rng_state = Buffer(np.array(state_words(I.resolve_seed(seed, "Dropout(seed)")), dtype=np.float64))
 
     def forward(self, x):
+        x = as_tensor(x)
         if not self.training or self.p == 0:
-            return as_tensor(x)
-        backend.traced_random("Dropout in training mode")
-        saved = self.rng_state.numpy()
-        if not np.array_equal(saved, self._words):  # a state dict was loaded: continue from its position
-            _set_rng_words(self._rng, saved)
-        y = dropout(x, self.p, self._rng, True)
-        self._words = _rng_words(self._rng)
-        self.rng_state._assign(self._words)
-        return y
+            return x
+        if self.rng_state.shape != (6,):
+            raise ValueError(f"Dropout: rng_state has shape {self.rng_state.shape}; expected (6,) (a stream saved by "
+                             "an older sciml cannot be continued: load the state dict without it, strict=False).")
+        return x * _dropout_mask(self.rng_state, shape=x.shape, dtype=x.dtype, p=self.p)
 
     def extra_repr(self):
         return f"p={self.p}"

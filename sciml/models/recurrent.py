@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from ..autodiff.ops import concat, matmul, reshape, sigmoid, stack, tanh, transpose, relu
+from ..autodiff.ops.conv import bias_act
 from ..autodiff.tensor import Tensor, as_tensor, zeros
 from . import _check as C
 from . import init as I
@@ -193,6 +194,8 @@ class _RNNBase(Module):
         else:
             h0, c0 = state, None
             _check_state(name, "h0", h0, (L * D, B, H))
+        if lstm:
+            return self._lstm_fused(x, h0, c0)
         hs, cs = [], []
         steps_in = [x[t] for t in range(T)]          # per-step inputs: the cotangents flow into each step's own
         for layer in range(L):                       # tensor (no (T, B, .) scatter per step in the backward pass)
@@ -217,6 +220,38 @@ class _RNNBase(Module):
         out = transpose(inp, (1, 0, 2)) if self.batch_first else inp
         h_n = stack(hs, axis=0)
         return (out, (h_n, stack(cs, axis=0))) if lstm else (out, h_n)
+
+    def _lstm_fused(self, x, h0, c0):
+        """The LSTM: per layer and direction one GEMM for all steps' input projections, then the fused time
+        loop (:func:`._lstm_fused.lstm_sequence`)."""
+        from ._lstm_fused import lstm_outputs, lstm_sequence
+        T, B = x.shape[:2]
+        D, H, L = 2 if self.bidirectional else 1, self.hidden_size, self.num_layers
+        rev = slice(None, None, -1)
+        hs, cs, inp = [], [], x
+        for layer in range(L):
+            outs = []
+            n_in = inp.shape[2]
+            flat = reshape(inp, (T * B, n_in))
+            for d in range(D):
+                W_ih, W_hh = self._param("weight_ih", layer, d), self._param("weight_hh", layer, d)
+                b_ih, b_hh = self._param("bias_ih", layer, d), self._param("bias_hh", layer, d)
+                gx = matmul(flat, W_ih, transpose_b=True)
+                if b_ih is not None:
+                    gx = bias_act(gx, b_ih + b_hh)
+                gx = reshape(gx, (T, B, 4 * H))
+                if d:
+                    gx = gx[rev]
+                k = layer * D + d
+                seq, h, c = lstm_outputs(lstm_sequence(gx, W_hh, h0[k], c0[k]), T, B, H)
+                outs.append(seq[rev] if d else seq)
+                hs.append(h)
+                cs.append(c)
+            inp = outs[0] if D == 1 else concat(outs, axis=2)
+            if self.drop is not None and layer < L - 1:
+                inp = self.drop(inp)
+        out = transpose(inp, (1, 0, 2)) if self.batch_first else inp
+        return out, (stack(hs, axis=0), stack(cs, axis=0))
 
     def extra_repr(self):
         r = f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}"

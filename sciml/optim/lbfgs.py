@@ -324,7 +324,7 @@ class LBFGS(CurvatureOptimizer):
             raise KeyError(f"LBFGS.load_state_dict: missing {sorted(set(keys) - set(present))}; the state dict "
                            "comes from a different optimizer.")
         m, n = (int(v) for v in np.asarray(arrays["lbfgs.shape"]))
-        total = sum(p.size for p in self._leaves)
+        total = sum(p.size for p in self._leaves if p.requires_grad)  # the history is over the trainable ones
         if m != self._opts["m"] or n != total:
             raise ValueError(f"LBFGS.load_state_dict: the history is for history={m} over {n} parameters; this "
                              f"optimizer has history={self._opts['m']} over {total} parameters.")

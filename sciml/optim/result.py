@@ -106,6 +106,10 @@ class CurvatureOptimizer(Optimizer):
                             "several times, so it takes a function of a pytree shaped like the bound params that "
                             "returns a scalar Tensor, e.g. opt.step(lambda p: mse(model.apply(p, x), y)).")
         self._require_bound()
+        frozen = tuple(not p.requires_grad for p in self._leaves)
+        if any(frozen):
+            return self._step_frozen(loss_fn, frozen)
+        self._frozen_seen = frozen
         try:
             res = self._minimize(loss_fn, self._read())
         except FloatingPointError as e:
@@ -115,6 +119,55 @@ class CurvatureOptimizer(Optimizer):
                 self.last_result = part
             raise
         self._write(res.params)
+        self.step_count += 1
+        self.last_result = res
+        return res
+
+    def _step_frozen(self, loss_fn, frozen):
+        """``step`` with frozen parameters (``requires_grad_(False)``): the method sees only the trainable
+        ones (a list of their values, in the bound order); ``loss_fn`` still gets the full pytree, the frozen
+        leaves being the live Parameters' values (constants). Only the trainable Parameters are written; the
+        result's ``params`` is the full pytree. The carried state (L-BFGS/BFGS history, AdaHessian moments) is
+        over the trainable parameters: it restarts when the set of frozen parameters changes."""
+        name = type(self).__name__
+        if all(frozen):
+            raise ValueError(f"{name}.step: every bound parameter is frozen (requires_grad=False); nothing to "
+                             "optimise. Unfreeze some with p.requires_grad_(True).")
+        if getattr(self, "_frozen_seen", None) not in (None, frozen):
+            self._init_state()  # the carried state is over another parameter set
+        self._frozen_seen = frozen
+        train = [i for i, f in enumerate(frozen) if not f]
+        wrap = getattr(self, "_frozen_wrap", None)
+        if wrap is None or wrap[0] is not loss_fn or wrap[1] != frozen:  # one wrapper per (loss_fn, mask):
+            live, td = self._leaves, self._treedef                        # jit caches keyed on it stay warm
+
+            def sub_loss(values):
+                full = [p.detach() for p in live]
+                for i, v in zip(train, values):
+                    full[i] = v
+                return loss_fn(pytree.unflatten(td, full))
+            wrap = self._frozen_wrap = (loss_fn, frozen, sub_loss)
+        values = pytree.flatten(self._read())[0]
+
+        def full_tree(res):
+            vals = list(values)
+            for i, v in zip(train, pytree.flatten(res.params)[0]):
+                vals[i] = v
+            return dataclasses.replace(res, params=pytree.unflatten(self._treedef, vals))
+
+        def write(res):
+            for i, v in zip(train, pytree.flatten(res.params)[0]):
+                self._leaves[i]._assign(v)
+        try:
+            res = self._minimize(wrap[2], [values[i] for i in train])
+        except FloatingPointError as e:
+            part = getattr(e, "result", None)
+            if part is not None:
+                write(part)
+                self.last_result = full_tree(part)
+            raise
+        write(res)
+        res = full_tree(res)
         self.step_count += 1
         self.last_result = res
         return res

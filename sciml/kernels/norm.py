@@ -1,0 +1,99 @@
+"""Fused batch normalisation in training mode (Taichi; flat buffers in/out).
+
+x is (N, C, S) row-major (S = the product of the spatial sizes, 1 for (N, C) inputs). One iteration per
+channel: the forward computes the batch mean and biased variance (two passes), writes
+``y = (x - mean) / sqrt(var + eps) * w + b`` and updates the running statistics in place
+(``running = (1 - momentum) running + momentum * stat``, the variance unbiased by m / (m - 1)); the
+backward computes ``sum g`` and ``sum g xhat`` and writes
+``gx = w / sqrt(var + eps) * (g - sum g / m - xhat sum(g xhat) / m)``, ``gw = sum g xhat``, ``gb = sum g``.
+"""
+from . import _common as C
+from .. import backend
+
+
+def _build_fwd(dtype, serial):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(x: A, w: A, b: A, y: A, mean: A, var: A, rm: A, rv: A, N: ti.i32, Cc: ti.i32, S: ti.i32, eps: T,
+          momentum: T, update: ti.i32):
+        ti.loop_config(serialize=serial)
+        for c in range(Cc):
+            m = N * S
+            s = ti.cast(0, T)
+            for n in range(N):
+                o = (n * Cc + c) * S
+                for j in range(S):
+                    s += x[o + j]
+            mu = s / m
+            v = ti.cast(0, T)
+            for n in range(N):
+                o = (n * Cc + c) * S
+                for j in range(S):
+                    d = x[o + j] - mu
+                    v += d * d
+            var_ = v / m
+            r = 1 / ti.sqrt(var_ + eps)
+            a = r * w[c]
+            for n in range(N):
+                o = (n * Cc + c) * S
+                for j in range(S):
+                    y[o + j] = (x[o + j] - mu) * a + b[c]
+            mean[c] = mu
+            var[c] = var_
+            if update:
+                rm[c] = (1 - momentum) * rm[c] + momentum * mu
+                rv[c] = (1 - momentum) * rv[c] + momentum * var_ * m / (m - 1)
+    return k
+
+
+def _build_bwd(dtype, serial, with_x):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(x: A, g: A, w: A, mean: A, var: A, gx: A, gw: A, gb: A, N: ti.i32, Cc: ti.i32, S: ti.i32, eps: T):
+        ti.loop_config(serialize=serial)
+        for c in range(Cc):
+            m = N * S
+            mu = mean[c]
+            r = 1 / ti.sqrt(var[c] + eps)
+            sg = ti.cast(0, T)
+            sgx = ti.cast(0, T)
+            for n in range(N):
+                o = (n * Cc + c) * S
+                for j in range(S):
+                    gv = g[o + j]
+                    sg += gv
+                    sgx += gv * (x[o + j] - mu) * r
+            gw[c] = sgx
+            gb[c] = sg
+            if ti.static(with_x):
+                a = w[c] * r
+                for n in range(N):
+                    o = (n * Cc + c) * S
+                    for j in range(S):
+                        xh = (x[o + j] - mu) * r
+                        gx[o + j] = a * (g[o + j] - sg / m - xh * sgx / m)
+    return k
+
+
+def _serial(n):
+    return C.launch_mode(n, 2)
+
+
+def batch_norm_fwd(x, w, b, y, mean, var, rm, rv, N: int, Cc: int, S: int, eps: float, momentum: float,
+                   update: bool, dtype: str):
+    serial = _serial(N * Cc * S) or Cc < 4
+    C.cached(("bn_fwd", dtype, serial), lambda: _build_fwd(dtype, serial))(
+        x, w, b, y, mean, var, rm, rv, N, Cc, S, eps, momentum, int(update))
+
+
+def batch_norm_bwd(x, g, w, mean, var, gx, gw, gb, N: int, Cc: int, S: int, eps: float, dtype: str,
+                   with_x: bool = True):
+    serial = _serial(N * Cc * S) or Cc < 4
+    C.cached(("bn_bwd", dtype, serial, with_x), lambda: _build_bwd(dtype, serial, with_x))(
+        x, g, w, mean, var, gx, gw, gb, N, Cc, S, eps)

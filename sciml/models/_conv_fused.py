@@ -1,0 +1,60 @@
+"""The convolution epilogue as one primitive: ``conv_epilogue(y, b, (N, Ho, Wo))`` = the GEMM rows y (N*Ho*Wo, O)
+plus the bias b (O,), laid out as images (N, O, Ho, Wo), in one kernel (``sciml/kernels/nn_conv.py``); its
+adjoint is one kernel too. Recorded backward passes and forward-mode tangents use
+:func:`conv_epilogue_composed` (bias add + transpose in sciml ops), so every order differentiates.
+"""
+from __future__ import annotations
+
+from .. import backend
+from ..autodiff.backward import needs
+from ..autodiff.ops import reshape, transpose
+from ..autodiff.primitive import Primitive, is_grad_enabled
+from ..autodiff.tensor import Tensor, zeros
+from ..kernels import nn_conv as K
+
+
+def conv_epilogue_composed(y, b, shape):
+    N, Ho, Wo = shape
+    return transpose(reshape(y + b, (N, Ho, Wo, b.shape[0])), (0, 3, 1, 2))
+
+
+def _fwd(y, b, shape):
+    N, Ho, Wo = shape
+    O = b.shape[0]
+    out = backend.empty(max(y.size, 1), y.dtype)
+    if y.size:
+        K.conv_epilogue(y._buf, b._buf, out, N, Ho * Wo, O, y.dtype)
+    return out, (N, O, Ho, Wo), y.dtype
+
+
+_epi = Primitive("conv_epilogue", _fwd)
+
+
+@_epi.def_vjp
+def _vjp(g, y, b, out, shape):
+    if is_grad_enabled() or any(t._tangents for t in (g, y, b, out)):
+        from ..autodiff.transforms import vjp
+        _, pull = vjp(lambda y, b: conv_epilogue_composed(y, b, shape), y, b)
+        return tuple(pull(g, create_graph=is_grad_enabled()))
+    N, Ho, Wo = shape
+    O, dt = b.shape[0], y.dtype
+    gy = backend.empty(max(y.size, 1), dt) if needs(0) else None
+    gb = backend.empty(O, dt)
+    if y.size:
+        K.conv_epilogue_vjp(g._buf, gy, gb, N, Ho * Wo, O, dt)
+    else:
+        gb = backend.zeros(O, dt)
+    return (Tensor._make(gy, y.shape, dt) if gy is not None else None,
+            Tensor._make(gb, b.shape, dt) if needs(1) else None)
+
+
+@_epi.def_jvp
+def _jvp(ts, y, b, out, shape):
+    from ..autodiff.transforms import jvp
+    ts = tuple(zeros(v.shape, v.dtype) if t is None else t for v, t in zip((y, b), ts))
+    return jvp(lambda y, b: conv_epilogue_composed(y, b, shape), (y, b), ts)[1]
+
+
+def conv_epilogue(y, b, shape):
+    """(N, O, Ho, Wo) images from the GEMM rows y (N*Ho*Wo, O) plus the bias b (O,); ``shape`` = (N, Ho, Wo)."""
+    return _epi(y, b, shape=tuple(shape))
