@@ -25,7 +25,7 @@ from benchmarks import _arch  # noqa: E402
 from benchmarks import peers  # noqa: E402
 from benchmarks.peers import common as PC  # noqa: E402
 
-MM_SHAPES = ((256, 784, 512), (512, 512, 512), (1024, 1024, 1024), (10000, 32, 32))
+MM_SHAPES = ((256, 784, 512), (512, 512, 512), (1024, 1024, 1024), (10000, 32, 32), (41600, 32, 32))
 
 
 def med(fn, repeat=15, target=2e-3):
@@ -51,6 +51,62 @@ def race(fns, rounds=5, target=2e-3):
         for k, f in fns.items():
             out[k] = min(out[k], min(peers.timeit_samples(f, 1, 3, nums[k])))
     return out
+
+
+def race_median(fns, rounds=15, target=2e-3):
+    """Seconds per call for each entry of ``fns``: the MEDIAN over ``rounds`` interleaved rounds (each
+    round times one batch of every entry, the order rotating by one each round), so that every entry
+    sees the same load and a stall hits one batch, not the statistic. Also the min-max range."""
+    fns = {k: f for k, f in fns.items() if f is not None}
+    nums = {k: peers.autonumber(f, target_s=target) for k, f in fns.items()}
+    for k, f in fns.items():
+        f()
+    got = {k: [] for k in fns}
+    keys = list(fns)
+    pc = time.perf_counter
+    for r in range(rounds):
+        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            f, num = fns[k], nums[k]
+            t0 = pc()
+            for _ in range(num):
+                f()
+            got[k].append((pc() - t0) / num)
+    return {k: (statistics.median(v), min(v), max(v)) for k, v in got.items()}
+
+
+def single_ops(sm, T, rounds, n=1_000_000):
+    """Issue 18 item 2: single ops and fused chains at n float32 elements against numpy, medians of
+    interleaved rounds (race_median). sigmoid's numpy twin is 1 / (1 + exp(-x)) (numpy has none)."""
+    rng = np.random.default_rng(0)
+    an, bn, cn = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    a, b, c = (sm.tensor(v, "float32") for v in (an, bn, cn))
+    f3 = sm.fuse(lambda x, y, z: sm.tanh(x * y + z))
+    fp = sm.fuse(lambda x, y, z: (x * y + z) * x - y * z)
+    fq = sm.fuse(lambda x: sm.tanh(x * x + x))
+    cases = [
+        ("add", lambda: a + b, lambda: an + bn),
+        ("mul", lambda: a * b, lambda: an * bn),
+        ("sum", lambda: a.sum(), lambda: an.sum()),
+        ("mean", lambda: a.mean(), lambda: an.mean()),
+        ("tanh", lambda: sm.tanh(a), lambda: np.tanh(an)),
+        ("exp", lambda: sm.exp(a), lambda: np.exp(an)),
+        ("sigmoid", lambda: sm.sigmoid(a), lambda: 1 / (1 + np.exp(-an))),
+        ("tanh(x*x+x), 3 ops", lambda: sm.tanh(a * a + a), lambda: np.tanh(an * an + an)),
+        ("tanh(x*x+x), sm.fuse", lambda: fq(a), lambda: np.tanh(an * an + an)),
+        ("tanh(a*b+c), sm.fuse", lambda: f3(a, b, c), lambda: np.tanh(an * bn + cn)),
+        ("(a*b+c)*a-b*c, sm.fuse", lambda: fp(a, b, c), lambda: (an * bn + cn) * an - bn * cn),
+    ]
+    fns = {}
+    for name, fs, fnp in cases:
+        fns[(name, "s")], fns[(name, "n")] = fs, fnp
+    t = race_median(fns, rounds=rounds)
+    tag = f"1e{int(round(math.log10(n)))}"
+    for name, _, _ in cases:
+        (ms, lo, hi), (mn, _, _) = t[(name, "s")], t[(name, "n")]
+        group = "fused" if "fuse" in name else "single op"
+        T.add(group, f"{name} n={tag}", ms, mn,
+              note=f"{mn / ms:.2f}x numpy speed (median of {rounds} interleaved rounds; sciml min-max "
+                   f"{lo * 1e6:.0f}-{hi * 1e6:.0f} us)")
 
 
 class Table:
@@ -270,10 +326,24 @@ def curvature(sm, T, repeat):
           note="sm.hessian = jacfwd(jacrev), one run; " + note)
 
 
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repeats, skip 1024^2")
     p.add_argument("--repeat", type=int, default=15)
+    p.add_argument("--only", choices=("single", "matmul"), help="one group: the single ops / fused chains "
+                   "at 1e6 (issue 18), or the GEMM shapes")
+    p.add_argument("--rounds", type=int, default=21, help="interleaved rounds of the single-op group")
     _arch.add_argument(p)
     args = p.parse_args(argv)
     _arch.use(args.arch)
@@ -282,11 +352,20 @@ def main(argv=None):
     import taichi as ti
     repeat = 5 if args.quick else args.repeat
     T = Table()
-    overhead(sm, T, repeat)
-    elementwise(sm, T, repeat, (10_000, 1_000_000))
-    matmul(sm, T, repeat, MM_SHAPES[:2] + MM_SHAPES[3:] if args.quick else MM_SHAPES)
-    curvature(sm, T, repeat)
+    load0 = os.getloadavg()[0]
+    if args.only in (None, "single"):
+        single_ops(sm, T, args.rounds)
+    if args.only is None:
+        overhead(sm, T, repeat)
+        elementwise(sm, T, repeat, (10_000, 1_000_000))
+    if args.only in (None, "matmul"):
+        matmul(sm, T, repeat, MM_SHAPES[:2] + MM_SHAPES[3:] if args.quick else MM_SHAPES)
+    if args.only is None:
+        curvature(sm, T, repeat)
     env = peers.env_info()
+    from sciml.kernels import _vec
+    print(f"vector lanes: {getattr(_vec, 'host_width', lambda: 4)()} x float32 (host: {_cpu_name()}); load average at the start "
+          f"{load0:.1f}")
     print(f"sciml core benchmark: arch={_arch.ARCH} float32, taichi {'.'.join(map(str, ti.__version__))}, "
           f"numpy {np.__version__}, torch {env.get('torch', '-')}, jax {env.get('jax', '-')}, "
           f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "

@@ -34,6 +34,33 @@ def ti_dtype(dtype: str):
 
 
 _host: list = []  # cached once the runtime has started (the arch is fixed per process)
+# Host buffers of at least ALIGN_MIN_BYTES start on a 64-byte boundary, so that the wide vector kernels
+# (8 or 16 lanes, kernels/_vec.py: aligned vector loads) can run on them; numpy itself aligns to 16 bytes.
+# Smaller buffers stay plain np.empty (the aligned allocation costs ~1-2 us more; their kernels are
+# launch-bound anyway).
+ALIGN, ALIGN_MIN_BYTES = 64, 1 << 16
+_ITEM = {t: np.dtype(t).itemsize for t in NP_DTYPES.values()}
+_u8 = np.uint8
+
+
+def _aligned(n, dt, alloc):
+    """A new flat numpy array of ``n`` elements of ``dt`` whose data starts on an ALIGN-byte boundary:
+    a slice of an over-allocated byte array, wrapped through a memoryview so that the result's ``.base``
+    is not an ndarray (sciml.jit treats a buffer whose base is an ndarray as a view into that one)."""
+    nb = n * _ITEM[dt]
+    raw = alloc(nb + ALIGN, _u8)
+    off = -_address(raw) & (ALIGN - 1)
+    return np.frombuffer(memoryview(raw)[off:off + nb], dt)
+
+
+def _address(a):
+    import ctypes
+    global _address
+    addressof, from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
+
+    def _address(a):  # noqa: F811 - bound once, on first use
+        return addressof(from_buffer(a))
+    return _address(a)
 
 
 def on_host() -> bool:
@@ -48,7 +75,8 @@ def on_host() -> bool:
 def empty(n: int, dtype: str):
     """A new flat buffer of ``n`` elements (uninitialised on CPU, zeros on device)."""
     if on_host():
-        buf = np.empty(n, NP_DTYPES[dtype])
+        dt = NP_DTYPES[dtype]
+        buf = _aligned(n, dt, np.empty) if n * _ITEM[dt] >= ALIGN_MIN_BYTES else np.empty(n, dt)
     else:
         ti = runtime.ensure_init()
         with runtime.LAUNCH_LOCK:  # device allocation goes through Taichi's program state
@@ -60,7 +88,8 @@ def empty(n: int, dtype: str):
 
 def zeros(n: int, dtype: str):
     if on_host():
-        buf = np.zeros(n, NP_DTYPES[dtype])
+        dt = NP_DTYPES[dtype]
+        buf = _aligned(n, dt, np.zeros) if n * _ITEM[dt] >= ALIGN_MIN_BYTES else np.zeros(n, dt)
     else:
         ti = runtime.ensure_init()
         with runtime.LAUNCH_LOCK:
@@ -72,7 +101,12 @@ def zeros(n: int, dtype: str):
 
 def from_numpy(a: np.ndarray, dtype: str):
     """Copy a numpy array (any shape) into a new flat buffer of ``dtype``."""
-    flat = np.array(a, dtype=NP_DTYPES[dtype], order="C").reshape(-1)  # always a copy
+    dt = NP_DTYPES[dtype]
+    if on_host() and isinstance(a, np.ndarray) and a.size * _ITEM[dt] >= ALIGN_MIN_BYTES:
+        flat = _aligned(a.size, dt, np.empty)
+        flat.reshape(a.shape)[...] = a  # numpy's unsafe cast, as np.array(a, dtype) below
+    else:
+        flat = np.array(a, dtype=dt, order="C").reshape(-1)  # always a copy
     if on_host():
         if TRACE[0] is not None:
             TRACE[0].created(flat, "const")

@@ -21,7 +21,57 @@ import os
 
 from . import _common as C
 
-LANES = {"float32": 4, "float64": 2}
+LANES = {"float32": 4, "float64": 2}  # the 16-byte fallback every numpy buffer meets
+
+
+def host_width() -> int:
+    """float32 lanes of the widest vectors the executed code uses on this host: 16 with AVX-512F,
+    8 with AVX2, else 4 (the JIT compiles for every host feature, see docs/perf.md). Read once from
+    /proc/cpuinfo's flags; ``SCIML_VEC_LANES`` (4, 8 or 16) overrides it (16 on an AVX2 host runs as
+    two ymm halves per op)."""
+    if _WIDTH:
+        return _WIDTH[0]
+    env = os.environ.get("SCIML_VEC_LANES", "").strip()
+    if env:
+        if env not in ("4", "8", "16"):
+            raise ValueError(f"SCIML_VEC_LANES: expected 4, 8 or 16, got {env!r}")
+        w = int(env)
+    else:
+        w = 4
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("flags"):
+                        flags = set(line.split(":", 1)[1].split())
+                        w = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
+                        break
+        except OSError:  # not Linux: the 16-byte kernels only
+            pass
+    _WIDTH.append(w)
+    return w
+
+
+_WIDTH: list = []
+ALIGN = 64  # bytes: backend's own large host buffers start on this boundary (any width's vectors fit)
+
+
+def wide(dtype) -> int:
+    """Lanes of the wide kernels for ``dtype`` on this host (float32: host_width(); float64: half)."""
+    w = host_width()
+    return w if dtype == "float32" else w // 2 if dtype == "float64" else 0
+
+
+def lanes_for(ptrs, dtype):
+    """The widest lane count whose vectors every address in ``ptrs`` is aligned for: the host's wide
+    lanes (32 or 64 bytes), else the 16-byte LANES, else None (a scalar kernel must run). While
+    sciml.jit traces, 16-byte only (a replay re-aligns its buffers to 16 bytes)."""
+    acc = 0
+    for p in ptrs:
+        acc |= p
+    W = wide(dtype)
+    if W > LANES[dtype] and C.TRACE[0] is None and not acc & (W * (4 if dtype == "float32" else 8) - 1):
+        return W
+    return None if acc & 15 else LANES[dtype]
 
 
 def pointers(arrays):
@@ -37,10 +87,10 @@ class VecLaunch:
     array ``i`` is passed as ``counts[i]`` elements of its ndarray type (vectors of ``lanes``, or
     scalars where ``lanes`` is 1: ``lanes`` is one int or one per array) starting at ``ptrs[i]``;
     ``scalars`` (the remaining kernel arguments) follow."""
-    __slots__ = ("kernel", "fast", "lanes", "spec")
+    __slots__ = ("kernel", "fast", "lanes", "spec", "exact")
 
-    def __init__(self, kernel, lanes):
-        self.kernel, self.fast, self.lanes, self.spec = kernel, None, lanes, None
+    def __init__(self, kernel, lanes, exact=False):
+        self.kernel, self.fast, self.lanes, self.spec, self.exact = kernel, None, lanes, None, exact
 
     def _lanes(self, n):
         return [self.lanes] * n if isinstance(self.lanes, int) else list(self.lanes)
@@ -54,12 +104,14 @@ class VecLaunch:
                  for a, c, L in zip(arrays, counts, self._lanes(len(arrays)))]
         with C.LOCK:  # the config flip and the first (compiling) call must not interleave with another thread
             cfg = C.ti().lang.impl.current_cfg()
-            prev = cfg.real_matrix_scalarize
+            prev, prev_fm = cfg.real_matrix_scalarize, cfg.fast_math
             cfg.real_matrix_scalarize = False
+            if self.exact:  # IEEE arithmetic: fast math reassociates Cody-Waite range reductions (exp)
+                cfg.fast_math = False
             try:
                 self.kernel(*views, *scalars)
             finally:
-                cfg.real_matrix_scalarize = prev
+                cfg.real_matrix_scalarize, cfg.fast_math = prev, prev_fm
         if not os.environ.get("SCIML_SAFE_LAUNCH"):  # else: Taichi's own call every time (debugging)
             self.fast = self._make_fast(views, scalars)
 
@@ -98,9 +150,10 @@ class VecLaunch:
         return fast
 
 
-def cached(key, build, lanes):
-    """The VecLaunch for ``key`` (built with ``build()`` on first use), in the shared kernel cache."""
+def cached(key, build, lanes, exact=False):
+    """The VecLaunch for ``key`` (built with ``build()`` on first use), in the shared kernel cache;
+    ``exact``: compiled without fast math (IEEE semantics, no reassociation)."""
     k = C._cache.get(key)
     if k is None:
-        k = C._cache[key] = VecLaunch(build(), lanes)
+        k = C._cache[key] = VecLaunch(build(), lanes, exact)
     return k

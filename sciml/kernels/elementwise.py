@@ -166,16 +166,18 @@ CHEAP_BINARY = frozenset(("add", "sub", "mul", "div", "maximum", "minimum", "eq"
 def unary(op: str, x, out, n: int, dtype: str):
     """out[i] = op(x[i]) for i < n."""
     serial = C.launch_mode(n, C.CHEAP if op in CHEAP_UNARY else 4)
-    if op in VEC_OPS and dtype == "float32" and n >= VEC_MIN and C.backend.on_host():
+    trans = op in VEC_TRANS and dtype == "float32" and VECTOR
+    if (VECTOR and dtype in V.LANES and (op in VEC_UNARY or trans) and C.backend.on_host()
+            and ((n >= VEC_MIN_N and _unary_lanes(op, x, out, n, dtype, serial))
+                 or (trans and _unary_exact(op, x, out, n, serial)))):
+        return
+    if op in VEC_OPS and dtype == "float32" and n >= VEC_MIN and C.backend.on_host():  # VECTOR off: gathers
         k = C.cached(("unary_vec", op, serial), lambda: _build_unary_vec(op, serial))
         if k.fast is None:
             _first_call_vectorised(k, (x, out, n))
         else:
             k(x, out, n)
         return
-    if op in VEC_UNARY and n >= VEC_MIN_N and VECTOR and dtype in V.LANES and C.backend.on_host():
-        if _unary_lanes(op, x, out, n, dtype, serial):
-            return
     k = C.cached(("unary", op, dtype, serial), lambda: _build_unary(op, dtype, serial))
     k(x, out, n)
 
@@ -234,6 +236,88 @@ def _vec_funcs():
         return 0.5 * tanh_v(0.5 * x) + 0.5
 
     return dict(tanh=tanh_v, sigmoid=sigmoid_v)
+
+
+_EXP = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+_EXP_FUNCS: dict = {}
+
+
+def exp_funcs(lanes):
+    """float32 ``exp`` and ``sigmoid`` on ``ti.Vector(lanes, f32)`` (or scalars: lanes=1) without libm: Cody-Waite
+    reduction x = n ln2 + r, Cephes' degree-5 polynomial for e^r (max error 0.97 ulp against float64 over
+    [-87, 88], numpy's float32 exp: 2.4), times 2^n built in the exponent bits as two factors 2^(n//2) 2^(n-n//2)
+    so that n may run from -150 to 128: results past FLT_MAX overflow to inf, below the smallest normal
+    underflow to 0 (Taichi flushes subnormals); NaN stays NaN (ordered clamps, then NaN arithmetic).
+    Kernels using these MUST compile without fast math (``_vec.cached(..., exact=True)``): fast math
+    reassociates the two-constant reduction and costs ~60 ulp near |x| = 72.
+    sigmoid(x) = 1 / (1 + exp(-x)): relative accuracy also where it is tiny (the rational-tanh form
+    0.5 tanh(x/2) + 0.5 is 0 below x = -17)."""
+    if lanes in _EXP_FUNCS:
+        return _EXP_FUNCS[lanes]
+    ti = C.ti()
+    f = ti.f32
+    c5, c4, c3, c2, c1, c0 = _EXP
+
+    @ti.func
+    def pow2(t):  # 2^n as two factors, from t = n + 1.5 * 2^23 (n in the low mantissa bits)
+        i = ti.bit_cast(t, ti.i32) - 0x4B400000
+        h = i >> 1
+        return ti.bit_cast((h + 127) << 23, f), ti.bit_cast((i - h + 127) << 23, f)
+
+    @ti.func
+    def exp_v(x):
+        hi, lo = ti.cast(89.0, f), ti.cast(-104.0, f)
+        v = ti.select(x > hi, hi, ti.select(x < lo, lo, x))  # ordered: NaN passes through
+        magic = ti.cast(12582912.0, f)  # 1.5 * 2^23: adding it rounds to an integer
+        t = v * ti.cast(1.44269504088896341, f) + magic
+        n = t - magic
+        r = v - n * ti.cast(0.693359375, f)
+        r = r - n * ti.cast(-2.12194440e-4, f)
+        p = r * ti.cast(c5, f) + ti.cast(c4, f)
+        p = p * r + ti.cast(c3, f)
+        p = p * r + ti.cast(c2, f)
+        p = p * r + ti.cast(c1, f)
+        p = p * r + ti.cast(c0, f)
+        y = p * (r * r) + r + ti.cast(1.0, f)
+        s1, s2 = t, t
+        if ti.static(lanes == 1):
+            s1, s2 = pow2(t)
+        else:  # lane by lane: vector bit casts abort with real_matrix_scalarize off
+            for u in ti.static(range(lanes)):
+                a, b = pow2(t[u])
+                s1[u] = a
+                s2[u] = b
+        return y * s1 * s2
+
+    @ti.func
+    def sigmoid_v(x):
+        one = ti.cast(1.0, f)
+        return one / (one + exp_v(ti.cast(0.0, f) - x))
+
+    a1, a3, a5, a7, a9, a11, a13, b0, b2, b4, b6 = _F32_TANH
+
+    @ti.func
+    def tanh_v(x):  # _tanh_ratio's rational form with every constant typed f32 (an untyped literal is f64
+        # under sciml's float64 default: the vector turns f64 and the kernel crashes)
+        c = ti.cast(7.90531110763549805, f)
+        xc = ti.select(x > c, c, ti.select(x < -c, -c, x))
+        x2 = xc * xc
+        p = x2 * ti.cast(a13, f) + ti.cast(a11, f)
+        p = x2 * p + ti.cast(a9, f)
+        p = x2 * p + ti.cast(a7, f)
+        p = x2 * p + ti.cast(a5, f)
+        p = x2 * p + ti.cast(a3, f)
+        p = x2 * p + ti.cast(a1, f)
+        p = xc * p
+        q = x2 * ti.cast(b6, f) + ti.cast(b4, f)
+        q = x2 * q + ti.cast(b2, f)
+        q = x2 * q + ti.cast(b0, f)
+        one, sat = ti.cast(1, f), ti.cast(9.0, f)
+        r = ti.select(x > sat, one, ti.select(x < -sat, -one, p / q))
+        return ti.select(x * x < ti.cast(1.6e-7, f), x, r)
+
+    _EXP_FUNCS[lanes] = d = dict(exp=exp_v, sigmoid=sigmoid_v, tanh=tanh_v)
+    return d
 
 
 def _build_unary_vec(op, serial):
@@ -519,12 +603,19 @@ VEC_MIN_N = 1 << 12  # fewer: the scalar kernel (VecLaunch's call costs ~1.5 us 
 VEC_BINARY = frozenset(("add", "sub", "mul", "div", "maximum", "minimum", "relu_grad", "tanh_grad", "sigmoid_grad",
                         "twice_mul"))
 VEC_UNARY = frozenset(("neg", "relu", "abs", "square", "reciprocal"))
+VEC_TRANS = frozenset(("tanh", "sigmoid", "exp"))  # float32 only: rational / polynomial forms, no libm
+EXACT_UNARY = frozenset(("exp", "sigmoid"))  # compiled without fast math (see exp_funcs)
 
 
-def _unary_vec_funcs(dtype):
+def _unary_vec_funcs(dtype, lanes=None):
     """Vector-safe forms of the cheap unary maps (no unary minus / ti.abs on vectors: they abort),
-    checked bit for bit against the scalar ones incl. +-0, +-inf and NaN."""
+    checked bit for bit against the scalar ones incl. +-0, +-inf and NaN; with ``lanes``, also the
+    float32 transcendental forms (tanh: the rational form; exp, sigmoid: :func:`exp_funcs`)."""
     ti = C.ti()
+    if lanes is not None and dtype == "float32":
+        d = dict(_unary_vec_funcs(dtype))
+        d.update(exp_funcs(lanes))
+        return d
     T = C.backend.ti_dtype(dtype)
 
     @ti.func
@@ -555,27 +646,63 @@ def _unary_lanes(op, x, out, n, dtype, serial):
     if not (x.flags.c_contiguous and out.flags.c_contiguous):
         return False
     px, po = C.address(x), C.address(out)
-    if (px | po) & 15:
+    L = V.lanes_for((px, po), dtype)
+    if L is None:
         return False
-    L = V.LANES[dtype]
+    serial = serial or C.busy()
     m = n // L
-    k = V.cached(("unary_lanes", op, dtype, serial), lambda: _build_unary_lanes(op, dtype, serial), L)
-    if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
+    k = V.cached(("unary_lanes", op, dtype, serial, L), lambda: _build_unary_lanes(op, dtype, serial, L), L,
+                 exact=op in EXACT_UNARY)
+    if not m:
+        pass  # shorter than one vector: the tail kernel below does it all
+    elif k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
         k.fast((px, po), (m, m), (m,))
     else:
         k((x, out), (px, po), (m, m), (m,))
     h = m * L
     if h < n:
-        k = C.cached(("unary", op, dtype, True), lambda: _build_unary(op, dtype, True))
-        k(x[h:n], out[h:n], n - h)
+        if op in VEC_TRANS:  # the same float32 forms, one element at a time
+            _unary_exact(op, x[h:n], out[h:n], n - h, True)
+        else:
+            k = C.cached(("unary", op, dtype, True), lambda: _build_unary(op, dtype, True))
+            k(x[h:n], out[h:n], n - h)
     return True
 
 
-def _build_unary_lanes(op, dtype, serial):
+def _unary_exact(op, x, out, n, serial):
+    """float32 tanh / sigmoid / exp on the host with the vector kernels' forms (:func:`exp_funcs`), one element
+    per iteration, compiled without fast math: tails, small and misaligned buffers, so that these ops give
+    the same function at every size. False if a buffer is not contiguous."""
+    if not (x.flags.c_contiguous and out.flags.c_contiguous):
+        return False
+    ptrs = (C.address(x), C.address(out))
+    serial = serial or C.busy()
+    k = V.cached(("unary_exact", op, serial), lambda: _build_unary_exact(op, serial), 1, exact=True)
+    if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
+        k.fast(ptrs, (n, n), (n,))
+    else:
+        k((x, out), ptrs, (n, n), (n,))
+    return True
+
+
+def _build_unary_exact(op, serial):
+    ti = C.ti()
+    A = C.arr("float32")
+    f = exp_funcs(1)[op]
+
+    @ti.kernel
+    def k(x: A, out: A, n: ti.i32):
+        ti.loop_config(serialize=serial)
+        for i in range(n):
+            out[i] = f(x[i])
+    return k
+
+
+def _build_unary_lanes(op, dtype, serial, L):
     ti = C.ti()
     T = C.backend.ti_dtype(dtype)
-    VA = ti.types.ndarray(dtype=ti.types.vector(V.LANES[dtype], T), ndim=1)
-    fv = _unary_vec_funcs(dtype)[op]
+    VA = ti.types.ndarray(dtype=ti.types.vector(L, T), ndim=1)
+    fv = _unary_vec_funcs(dtype, L if op in VEC_TRANS else None)[op]
 
     @ti.kernel
     def k(x: VA, out: VA, m: ti.i32):
@@ -589,7 +716,6 @@ def _binary_lanes(op, mode, x, y, out, n, dtype, serial):
     """The vector kernel of ``binary`` for modes same/xs/ys; False (nothing done) if a full-size
     operand is misaligned. Kernel arguments: [the one-element operand (a scalar ndarray)], the
     full-size ones (vector ndarrays), m = n // lanes."""
-    L = V.LANES[dtype]
     if mode == "same":
         full, front = (x, y, out), ()
     else:
@@ -597,16 +723,20 @@ def _binary_lanes(op, mode, x, y, out, n, dtype, serial):
     if not all(a.flags.c_contiguous for a in full):  # sciml's buffers are; a strided view is not
         return False
     ptrs = [C.address(a) for a in full]
-    if (ptrs[0] | ptrs[1] | ptrs[-1]) & 15:
+    L = V.lanes_for(ptrs, dtype)
+    if L is None:
         return False
+    serial = serial or C.busy()
     m = n // L
     nf, nv = len(front), len(full)
-    k = V.cached(("binary_lanes", op, dtype, mode, serial), lambda: _build_binary_lanes(op, dtype, mode, serial),
+    k = V.cached(("binary_lanes", op, dtype, mode, serial, L), lambda: _build_binary_lanes(op, dtype, mode, serial, L),
                  (1,) * nf + (L,) * nv)
     if nf:
         ptrs.insert(0, C.address(front[0]))
     counts = (1,) * nf + (m,) * nv
-    if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
+    if not m:
+        pass  # shorter than one vector: the tail kernel below does it all
+    elif k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
         k.fast(ptrs, counts, (m,))
     else:
         k(front + full, ptrs, counts, (m,))
@@ -619,10 +749,10 @@ def _binary_lanes(op, mode, x, y, out, n, dtype, serial):
     return True
 
 
-def _build_binary_lanes(op, dtype, mode, serial):
+def _build_binary_lanes(op, dtype, mode, serial, L):
     ti = C.ti()
     T = C.backend.ti_dtype(dtype)
-    VT = ti.types.vector(V.LANES[dtype], T)
+    VT = ti.types.vector(L, T)
     VA = ti.types.ndarray(dtype=VT, ndim=1)
     S = C.arr(dtype)
     f = _binary_funcs()[op]

@@ -6,7 +6,8 @@ Adagrad, with a gradient scale factor (global-norm clipping) and the step's lear
 as scalars. The per-tensor bodies are ``ti.func`` s (``_update_func``); kernels call them for one
 tensor (``_run``) or for several in one launch (``update_many``, what the optimizers use).
 
-On CPU the updates run on ``ti.Vector`` lanes (4 x float32 / 2 x float64, 16 bytes; ``_vec.py``):
+On CPU the updates run on ``ti.Vector`` lanes (4 x float32 / 2 x float64, 16 bytes, or the host's wide
+lanes, 8 / 16 x float32, where every buffer of a tensor is 32 / 64-byte aligned; ``_vec.py``):
 the flat buffers are passed as vector-typed ndarrays and the kernel is compiled with Taichi's
 ``real_matrix_scalarize`` off, so LLVM emits packed SSE loads, stores, ``sqrtps`` and ``divps``
 instead of scalar code, and all of an optimizer's tensors of one dtype go through ONE launch of
@@ -213,9 +214,10 @@ def _run(kind, arrays, n, dtype, scalars, plain=False, flags=()):
     if L and VECTOR and n >= VEC_MIN and C.backend.on_host():
         ptrs = V.pointers(arrays)
         if ptrs is not None:
+            L = V.lanes_for(ptrs, dtype)  # the host's wide lanes where every buffer is aligned for them
             h = n - n % L
-            serial = h < VEC_SERIAL_BELOW
-            k = V.cached(("optim_vec", kind, dtype, serial, plain, flags),
+            serial = h < VEC_SERIAL_BELOW or C.busy()
+            k = V.cached(("optim_vec", kind, dtype, serial, plain, flags, L),
                          lambda: _build(kind, dtype, serial, plain, flags, lanes=L), L)
             m = h // L
             k(arrays, ptrs, [m] * len(arrays), (m,) + tuple(scalars))
@@ -270,12 +272,14 @@ def update_many(kind, dtype, items, scalars, plain=False, flags=(), cache=None):
         if ptrs is None:
             scal.append((arrays, _pointers(arrays, cache, aligned=False), n))
             continue
-        h = n - n % L
-        vec.append((arrays, ptrs, h // L))
+        Lm = V.lanes_for(ptrs, dtype)  # wide where every buffer of the tensor is aligned for it, else 16-byte
+        h = n - n % Lm
+        vec.append((arrays, ptrs, h // Lm, Lm))
         if h < n:
             tail = [a[h:n] for a in arrays]
             scal.append((tail, [q + h * a.itemsize for q, a in zip(ptrs, arrays)], n - h))
-    members = [(m, L) for m in vec] + [(m, 1) for m in scal]
+    vec.sort(key=lambda m: -m[3])  # wide members first: fewer distinct member layouts to compile
+    members = [(m[:3], m[3]) for m in vec] + [(m, 1) for m in scal]
     na = len(_ARRAYS[kind])
     for c0 in range(0, len(members), GROUP_MAX):
         chunk = members[c0:c0 + GROUP_MAX]

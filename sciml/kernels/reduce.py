@@ -44,6 +44,8 @@ def reduce(op: str, x, out, outer: int, r: int, inner: int, dtype: str):
     """
     nout = outer * inner
     host = C.backend.on_host()
+    if op == "sum" and host and inner == 1 and outer == 1 and r >= SUM_WIDE_MIN and _sum_flat(x, out, r, dtype):
+        return
     if (r > MAX_SEQ and not host) or (r >= C.SERIAL_BELOW and nout < 64 and host):
         from .. import backend
         nch = min(CHUNKS, -(-r // 1024)) if C.backend.on_host() else -(-r // 2048)
@@ -126,6 +128,79 @@ def _build_sum_lanes(dtype, serial):
             for j in range(r):
                 acc = acc + x[base + j * iv]
             out[o] = acc
+    return k
+
+
+SUM_WIDE_MIN = 1 << 12  # elements from which a whole-buffer sum runs on vector lanes
+SUM_CHUNK = 1 << 14  # elements per partial sum of a parallel whole-buffer sum (fixed: same bits at any load)
+
+
+def _sum_flat(x, out, r, dtype):
+    """The sum of a whole contiguous buffer on the widest vector lanes its alignment allows (CPU,
+    ``kernels/_vec.py``): four vector accumulators per chunk (independent adds), the lanes summed at
+    the chunk's end, the r % lanes tail added by the last chunk. Up to SUM_CHUNK elements: one chunk, one
+    launch, straight into ``out``; larger: chunks of SUM_CHUNK (in parallel unless small or the host is
+    busy), then the partials' sum (a second launch).
+    False: not applicable (misaligned, or switched off: ``elementwise.VECTOR``)."""
+    from . import _vec as V
+    from . import elementwise as E
+    if not (E.VECTOR and dtype in V.LANES and x.flags.c_contiguous):
+        return False
+    px = C.address(x)
+    L = V.lanes_for((px,), dtype)
+    if L is None:
+        return False
+    m = r // L
+    if not m:
+        return False
+    serial = C.launch_mode(r, C.CHEAP) or C.busy()
+    nch = -(-r // SUM_CHUNK)  # by size only: the same bits serial or parallel
+    chunk = -(-m // nch)
+    nch = -(-m // chunk)
+    part = out if nch == 1 else C.backend.empty(nch, dtype)
+    k = V.cached(("reduce_sum_flat", dtype, serial, L), lambda: _build_sum_flat(dtype, serial, L), (L, 1, 1))
+    ptrs, counts, scal = (px, px, C.address(part)), (m, r, nch), (m, r, chunk, nch)
+    if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
+        k.fast(ptrs, counts, scal)
+    else:
+        k((x, x, part), ptrs, counts, scal)
+    if nch > 1:
+        reduce("sum", part, out, 1, nch, 1, dtype)
+    return True
+
+
+def _build_sum_flat(dtype, serial, L):
+    ti = C.ti()
+    T = C.backend.ti_dtype(dtype)
+    VT = ti.types.vector(L, T)
+    VA, S = ti.types.ndarray(dtype=VT, ndim=1), C.arr(dtype)
+
+    @ti.kernel
+    def k(xv: VA, xs: S, part: S, m: ti.i32, r: ti.i32, chunk: ti.i32, nch: ti.i32):
+        ti.loop_config(serialize=serial)
+        for c in range(nch):
+            lo = c * chunk
+            hi = ti.min(lo + chunk, m)
+            z = ti.cast(0, T)
+            a0, a1, a2, a3 = VT(z), VT(z), VT(z), VT(z)
+            j = lo
+            while j + 4 <= hi:
+                a0 = a0 + xv[j]
+                a1 = a1 + xv[j + 1]
+                a2 = a2 + xv[j + 2]
+                a3 = a3 + xv[j + 3]
+                j += 4
+            while j < hi:
+                a0 = a0 + xv[j]
+                j += 1
+            a = (a0 + a1) + (a2 + a3)
+            t = z
+            for u in ti.static(range(L)):
+                t += a[u]
+            if c == nch - 1:
+                for i in range(m * L, r):
+                    t += xs[i]
+            part[c] = t
     return k
 
 

@@ -1,0 +1,280 @@
+"""The wide vector kernels (8 or 16 lanes, issue 18; ``kernels/_vec.py``): the lane width read from the
+host, the 64-byte-aligned host buffers they need, the per-call alignment check (32/64-byte aligned:
+wide; 16-byte: the 4-lane kernels; anything else: scalar, never a crash), tails of 1, 7, 8, 9 and
+1000003 elements, the same bits as the scalar kernels for the cheap maps, the float32 exp / sigmoid /
+tanh forms against float64 numpy over a wide range and at the edge values, the whole-buffer sum, and
+fused chains on lanes."""
+import numpy as np
+import pytest
+
+import sciml as sm
+from sciml import backend as B
+from sciml.kernels import _common as C
+from sciml.kernels import _vec as V
+from sciml.kernels import elementwise as E
+from sciml.kernels import fused as KF
+from sciml.kernels import reduce as R
+
+TAILS = (1, 7, 8, 9, 1000003)
+F32 = np.finfo(np.float32)
+
+
+def _aligned(n, dt, offset=0):
+    """A host buffer of n elements whose data starts ``offset`` bytes past a 64-byte boundary."""
+    item = np.dtype(dt).itemsize
+    raw = B._aligned(n + 64 // item, np.dtype(dt).type, np.zeros)
+    k = offset // item
+    return raw[k:k + n]
+
+
+def _lanes_built(name, dt):
+    return {k[-1] for k in C._cache if isinstance(k, tuple) and k and k[0] == name and dt in k}
+
+
+@pytest.fixture
+def small_vec(monkeypatch):
+    """Vector kernels from one element on (the default starts at 4096), to test the short tails."""
+    monkeypatch.setattr(E, "VEC_MIN_N", 1)
+    monkeypatch.setattr(R, "SUM_WIDE_MIN", 1)
+
+
+def test_host_width(monkeypatch):
+    flags = open("/proc/cpuinfo").read() if __import__("os").path.exists("/proc/cpuinfo") else ""
+    want = 16 if " avx512f" in flags else 8 if " avx2" in flags else 4
+    monkeypatch.setattr(V, "_WIDTH", [])
+    monkeypatch.delenv("SCIML_VEC_LANES", raising=False)
+    assert V.host_width() == want
+    assert V.wide("float64") == want // 2
+    monkeypatch.setattr(V, "_WIDTH", [])
+    monkeypatch.setenv("SCIML_VEC_LANES", "16")
+    assert V.host_width() == 16
+    monkeypatch.setattr(V, "_WIDTH", [])
+    monkeypatch.setenv("SCIML_VEC_LANES", "12")
+    with pytest.raises(ValueError, match="SCIML_VEC_LANES"):
+        V.host_width()
+
+
+def test_lanes_for_alignment():
+    W = V.wide("float32")
+    assert V.lanes_for((0, 64, 128), "float32") == W
+    assert V.lanes_for((0, 16), "float32") == 4
+    assert V.lanes_for((0, 4), "float32") is None
+    assert V.lanes_for((32,), "float64") == (V.wide("float64") if W <= 8 else 2)
+
+
+def test_backend_buffers_aligned():
+    sm.init(arch="cpu")
+    for n, dt in ((16384, "float32"), (100003, "float64"), (20000, "int32")):
+        for buf in (B.empty(n, dt), B.zeros(n, dt), B.from_numpy(np.arange(n).reshape(-1, 1), dt)):
+            assert C.address(buf) % 64 == 0 and buf.size == n and buf.dtype == B.NP_DTYPES[dt]
+            assert buf.flags.writeable and buf.flags.c_contiguous
+            assert not isinstance(buf.base, np.ndarray)  # sciml.jit: a root buffer, not a view
+    assert not B.zeros(30000, "float32").any()
+    np.testing.assert_array_equal(B.from_numpy(np.arange(40000.0).reshape(200, 200), "int32"), np.arange(40000))
+    np.testing.assert_array_equal(B.from_numpy(np.tile([True, False], 20000), "bool")[:4], [1, 0, 1, 0])
+    assert B.empty(100, "float32").base is None  # small buffers: plain numpy
+
+
+def _special(n, dt, rng):
+    a = rng.standard_normal(n).astype(dt) * 3
+    sp = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 88.7, -87.0, 1e30, -1e30], dt)
+    a[: min(n, sp.size)] = sp[: min(n, sp.size)]
+    if n > 100:
+        a[rng.integers(0, n, 20)] = np.nan
+    return a
+
+
+def _same_bits(a, b):
+    u = "u4" if a.dtype == np.float32 else "u8"
+    d = np.nonzero(a.view(u) != b.view(u))[0]
+    assert not len(d), (d[:5], a[d[:5]], b[d[:5]])
+
+
+def _scalar_then_vector(run, n, dt):
+    outs = []
+    old = E.VECTOR
+    try:
+        for vec in (False, True):
+            E.VECTOR = vec
+            o = _aligned(n, dt)
+            o[:] = 7
+            run(o)
+            outs.append(o.copy())
+    finally:
+        E.VECTOR = old
+    return outs
+
+
+@pytest.mark.parametrize("dt", ("float32", "float64"))
+@pytest.mark.parametrize("n", TAILS)
+def test_cheap_maps_same_bits_wide(small_vec, dt, n):
+    sm.init(arch="cpu")
+    rng = np.random.default_rng(n)
+    x, y = _aligned(n, dt), _aligned(n, dt)
+    x[:], y[:] = _special(n, dt, rng), rng.standard_normal(n).astype(dt)
+    ops = ("add", "mul", "sigmoid_grad") if n > 9 else ("add", "sub", "mul", "div", "maximum", "relu_grad")
+    for op in ops:
+        a, b = _scalar_then_vector(lambda o: E.binary(op, x, y, o, (n,), (n,), (n,), dt, dt), n, dt)
+        _same_bits(a, b)
+    for op in (("relu", "neg") if n > 9 else ("relu", "neg", "abs", "square", "reciprocal")):
+        a, b = _scalar_then_vector(lambda o: E.unary(op, x, o, n, dt), n, dt)
+        _same_bits(a, b)
+    if n >= 8 and V.wide(dt) > V.LANES[dt]:
+        assert V.wide(dt) in _lanes_built("binary_lanes", dt)
+
+
+@pytest.mark.parametrize("offset", (0, 4, 16, 32, 48))
+def test_misaligned_operands_fall_back(offset):
+    """Any offset: the right numbers and no crash; 16-byte multiples run 4 lanes, others scalar."""
+    sm.init(arch="cpu")
+    n, dt = 40009, "float32"
+    rng = np.random.default_rng(offset)
+    x, y, o = _aligned(n, dt, offset), _aligned(n, dt), _aligned(n, dt, 64 - offset if offset else 0)
+    x[:], y[:] = rng.standard_normal(n), rng.standard_normal(n)
+    E.binary("add", x, y, o, (n,), (n,), (n,), dt, dt)
+    np.testing.assert_array_equal(o, x + y)
+    E.unary("tanh", x, o, n, dt)
+    np.testing.assert_allclose(o, np.tanh(x.astype(np.float64)), rtol=0, atol=5e-7)
+    E.unary("exp", x, o, n, dt)
+    np.testing.assert_allclose(o, np.exp(x.astype(np.float64)), rtol=3e-7)
+    s = B.empty(1, dt)
+    R.reduce("sum", x, s, 1, n, 1, dt)
+    np.testing.assert_allclose(s[0], x.astype(np.float64).sum(), rtol=1e-5, atol=1e-3)
+
+
+def _ulps(got, ref):
+    sp = 2.0 ** (np.floor(np.log2(np.abs(ref))) - 23)
+    return np.abs(got.astype(np.float64) - ref) / sp
+
+
+def test_exp_sigmoid_tanh_accuracy_wide():
+    """float32 forms on the wide lanes against float64 numpy: every float32 in [-110, 95] sampled densely, and
+    the edge values (NaN, +-inf, +-0, FLT_MAX, the overflow / underflow thresholds)."""
+    sm.init(arch="cpu")
+    xs = np.unique(np.concatenate([np.linspace(-110, 95, 400_003, dtype=np.float32),
+                                   np.float32([88.72283, 88.72284, 88.7229, -87.33654, -87.3366, -103.97, 1e-7,
+                                               -1e-7, 1e-38, F32.max, -F32.max, F32.tiny])]))
+    edge = np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0])
+    x = np.concatenate([xs, edge])
+    n = x.size
+    xb, o = B.from_numpy(x, "float32"), B.empty(n, "float32")
+    assert C.address(xb) % 64 == 0 and C.address(o) % 64 == 0
+    x64 = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        E.unary("exp", xb, o, n, "float32")
+        ref = np.exp(x64)
+        normal = (ref >= F32.tiny) & (ref <= F32.max)
+        assert _ulps(o[normal], ref[normal]).max() <= 1.5  # numpy's own float32 exp: 2.4 ulp here
+        assert np.all(np.isinf(o[ref > F32.max * (1 + 2 ** -24)]))
+        assert np.all(o[ref < F32.tiny] < F32.tiny)  # 0, as Taichi flushes subnormals
+        np.testing.assert_array_equal(o[-5:], [np.nan, np.inf, 0.0, 1.0, 1.0])
+
+        E.unary("sigmoid", xb, o, n, "float32")
+        ref = 1.0 / (1.0 + np.exp(-x64))
+        normal = ref >= F32.tiny
+        assert _ulps(o[normal], ref[normal]).max() <= 3
+        np.testing.assert_array_equal(o[-5:], [np.nan, 1.0, 0.0, 0.5, 0.5])
+
+        E.unary("tanh", xb, o, n, "float32")
+        ref = np.tanh(x64)
+        assert np.abs(o[:-5] - ref[:-5]).max() <= 5e-7
+        small = (np.abs(x64) < 1e-3) & (x64 != 0)
+        assert (np.abs(o[small] - ref[small]) / np.abs(ref[small])).max() <= 3e-7
+        np.testing.assert_array_equal(o[-5:], [np.nan, 1.0, -1.0, 0.0, -0.0])
+        assert np.signbit(o[-1])
+    assert V.wide("float32") in _lanes_built("unary_lanes", "float32")
+
+
+@pytest.mark.parametrize("n", TAILS)
+def test_transcendental_tails(small_vec, n):
+    sm.init(arch="cpu")
+    rng = np.random.default_rng(n)
+    x = _aligned(n, "float32")
+    x[:] = _special(n, "float32", rng)
+    o = _aligned(n, "float32")
+    x64 = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        for op, ref in (("exp", np.exp(x64)), ("sigmoid", 1 / (1 + np.exp(-x64))), ("tanh", np.tanh(x64))):
+            E.unary(op, x, o, n, "float32")
+            fin = np.isfinite(ref) & (np.abs(ref) >= F32.tiny) & (np.abs(ref) <= F32.max)
+            tol = 5e-7 if op == "tanh" else 3e-7
+            err = np.abs(o[fin] - ref[fin]) / (np.abs(ref[fin]) if op != "tanh" else 1)
+            assert err.max(initial=0) <= tol, op
+            np.testing.assert_array_equal(np.isnan(o), np.isnan(ref))
+
+
+@pytest.mark.parametrize("dt", ("float32", "float64"))
+def test_sum_wide(small_vec, dt):
+    sm.init(arch="cpu")
+    rng = np.random.default_rng(3)
+    for n in TAILS + (4096, 300001):
+        x = _aligned(n, dt)
+        x[:] = rng.standard_normal(n)
+        out = B.empty(1, dt)
+        R.reduce("sum", x, out, 1, n, 1, dt)
+        ref = x.astype(np.float64).sum()
+        assert abs(out[0] - ref) <= (1e-6 if dt == "float32" else 1e-14) * np.abs(x).sum() + 1e-30, n
+    x = _aligned(300001, dt)
+    x[:] = rng.standard_normal(x.size)
+    for vals, want in (((np.nan,), np.nan), ((np.inf,), np.inf), ((-np.inf,), -np.inf), ((np.inf, -np.inf), np.nan)):
+        y = x.copy()
+        for i, v in enumerate(vals):
+            y[1000 + 150000 * i] = v
+        yb, out = _aligned(y.size, dt), B.empty(1, dt)
+        yb[:] = y
+        R.reduce("sum", yb, out, 1, y.size, 1, dt)
+        np.testing.assert_array_equal(out[0], want)
+    # mean through the public op, whole buffer
+    t = sm.tensor(x, dt)
+    np.testing.assert_allclose(float(t.mean()), x.astype(np.float64).mean(), rtol=1e-5 if dt == "float32" else 1e-12)
+
+
+@pytest.mark.parametrize("dt", ("float32", "float64"))
+@pytest.mark.parametrize("n", (9, 1000003))
+def test_fused_chains_on_lanes(small_vec, dt, n):
+    sm.init(arch="cpu")
+    rng = np.random.default_rng(n)
+    an, bn, cn = (rng.standard_normal(n).astype(dt) for _ in range(3))
+    an[:3] = [np.nan, np.inf, -0.0]
+    a, b, c = (sm.tensor(v, dt) for v in (an, bn, cn))
+    cheap = sm.fuse(lambda x, y, z: sm.maximum(x * 2.5, y) - sm.relu(z) * y + 1.0)
+    got = cheap(a, b, c).numpy()
+    with np.errstate(all="ignore"):
+        want = (sm.maximum(a * 2.5, b) - sm.relu(c) * b + 1.0).numpy()
+    np.testing.assert_allclose(got, want, rtol=4 * np.finfo(dt).eps, atol=32 * np.finfo(dt).eps)  # fast math reassociates
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    if dt == "float32":
+        f = sm.fuse(lambda x, y, z: sm.tanh(x * y + z) + sm.exp(y) * sm.sigmoid(z))
+        got = f(a, b, c).numpy()
+        x64, y64, z64 = (v.astype(np.float64) for v in (an, bn, cn))
+        with np.errstate(all="ignore"):
+            ref = np.tanh(x64 * y64 + z64) + np.exp(y64) / (1 + np.exp(-z64))
+        fin = np.isfinite(ref)
+        np.testing.assert_allclose(got[fin], ref[fin], rtol=2e-6, atol=2e-6)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    if n > 9 and V.wide(dt) > V.LANES[dt]:
+        assert V.wide(dt) in _lanes_built("fused_lanes", dt)
+
+
+def test_exact_compile_restores_fast_math():
+    sm.init(arch="cpu")
+    cfg = C.ti().lang.impl.current_cfg()
+    assert cfg.fast_math and cfg.real_matrix_scalarize
+    x = B.from_numpy(np.linspace(-3, 3, 50001), "float32")
+    o = B.empty(x.size, "float32")
+    E.unary("exp", x, o, x.size, "float32")
+    assert cfg.fast_math and cfg.real_matrix_scalarize
+
+
+def test_jit_replay_of_wide_sizes():
+    """sciml.jit traces with the 16-byte kernels (a replay re-aligns buffers to 16 bytes only): replays
+    give the eager numbers."""
+    sm.init(arch="cpu")
+    rng = np.random.default_rng(5)
+    xs = [sm.tensor(rng.standard_normal(100003).astype(np.float32), "float32") for _ in range(3)]
+
+    def f(x):
+        return (sm.exp(x * 0.5) + sm.tanh(x) * x).sum()
+    jf = sm.jit(f)
+    for x in xs:
+        np.testing.assert_allclose(float(jf(x)), float(f(x)), rtol=1e-5)
