@@ -26,7 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORTS_DIR = os.path.join(ROOT, "examples", "deepxde")
 DOC = os.path.join(ROOT, "docs", "pinn.md")
 BEGIN, END = "<!-- bench_deepxde begin -->", "<!-- bench_deepxde end -->"
-_HARNESS = re.compile(r"os\.environ|perf_counter|^import (os|time)$|RESULT|^wall = |^t0 = ")
+_HARNESS = re.compile(r"os\.environ|perf_counter|^import (os|time)$|RESULT|^wall = |^t0 = "
+                      r"|^LBFGS_STEPS = |^LB = |LBFGS_options")   # + the L-BFGS budget cut with --steps
 
 
 def ports():

@@ -107,7 +107,12 @@ class Condition:
     @property
     def name(self):
         where = "points" if self.given is not None else _label(self.on)
-        return self._name or f"{type(self).__name__.lower()}:{where}"
+        return self._name or f"{type(self).__name__.lower()}:{where}{self._comp()}"
+
+    def _comp(self):
+        """``[k]`` when the condition holds for output component k only (so that the
+        conditions of a system have distinct names in the loss history)."""
+        return "" if self.component is None else f"[{self.component}]"
 
     def derivs(self, names):
         """Multi-indices this condition needs (tuples of coordinate axes)."""
@@ -228,7 +233,7 @@ class Periodic(Condition):
 
     @property
     def name(self):
-        return self._name or f"periodic:{self.coordinate}"
+        return self._name or f"periodic:{self.coordinate}{self._comp()}"
 
     def check(self, domain):
         if self.coordinate not in domain.names:
@@ -280,7 +285,7 @@ class Initial(Condition):
 
     @property
     def name(self):
-        return self._name or ("initial" if self.derivative == 0 else "initial:u_t")
+        return self._name or ("initial" if self.derivative == 0 else "initial:u_t") + self._comp()
 
     def check(self, domain):
         if "t" not in domain.names:
