@@ -6,8 +6,9 @@ sciml Tensor fitted with sciml's L-BFGS (or Adam: --optimizer adam) on
 
     loss(v) = |x_object(T) - target|^2.
 
-    python examples/billiards.py            # writes billiards.png
-    python examples/billiards.py --quick    # smoke test
+    python examples/billiards.py                     # writes billiards.png
+    python examples/billiards.py --plot shot.pdf     # the figure elsewhere (.png, .pdf or .svg)
+    python examples/billiards.py --quick             # smoke test
 """
 import argparse
 import time
@@ -21,6 +22,7 @@ except ImportError:  # running from a source checkout without `pip install -e .`
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import sciml as sm
+from sciml._io import atomic_write, check_output_path
 from sciml.models import Parameter
 from sciml.optim import Adam, lbfgs
 
@@ -36,9 +38,14 @@ def main(argv=None):
     ap.add_argument("--optimizer", choices=["lbfgs", "adam"], default="lbfgs")
     ap.add_argument("--iters", type=int, default=None, help="default: 30 for L-BFGS, 80 for Adam")
     ap.add_argument("--lr", type=float, default=0.02, help="Adam learning rate")
-    ap.add_argument("--out", default="billiards.png")
+    ap.add_argument("--plot", "--out", dest="plot", metavar="PATH", default="billiards.png",
+                    help="figure of the shots and the loss (.png, .pdf or .svg; default billiards.png)")
     ap.add_argument("--quick", action="store_true", help="few iterations (smoke test)")
     args = ap.parse_args(argv)
+    try:   # a bad output path fails now, not after the fit
+        args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
+    except (TypeError, ValueError, OSError) as e:
+        ap.error(str(e))
     if args.iters is None:
         args.iters = 30 if args.optimizer == "lbfgs" else 80
     if args.quick:
@@ -84,28 +91,38 @@ def main(argv=None):
     print(f"final loss {history[-1]:.3e} (from {history[0]:.3e}), {nfev} rollouts + gradients, {dt:.2f} s; "
           f"launch velocity {v_fit}")
 
-    from matplotlib.figure import Figure
+    plot(sim, start, params, v_start, v_fit, history, args.optimizer, args.plot)
+    return history
 
-    from sciml._io import atomic_write
-    fig = Figure(figsize=(10, 3.8))
-    ax = fig.subplots(1, 2)
+
+def plot(sim, start, params, v_start, v_fit, history, optimizer, path):
+    """Both shots (start and fitted velocity) on the table, and the loss per iteration."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(9, 3.6))
+    ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.4, 1]})
     for vel, style, name in ((v_start, ":", "start"), (v_fit, "-", "fitted")):
         traj = sim.trajectory(start(sm.tensor(vel)), params, every=2)
-        ax[0].plot(traj[:, 0, 0], traj[:, 0, 1], "k" + style, label=f"cue ({name})")
-        ax[0].plot(traj[:, 1, 0], traj[:, 1, 1], "b" + style, label=f"object ball ({name})")
-    ax[0].plot(*TARGET, "r*", ms=14, label="target")
+        ax[0].plot(traj[:, 0, 0], traj[:, 0, 1], "k" + style, label=f"cue ball, {name} shot")
+        ax[0].plot(traj[:, 1, 0], traj[:, 1, 1], "tab:blue", ls=style, label=f"object ball, {name} shot")
+    ax[0].plot([CUE[0], OBJECT[0]], [CUE[1], OBJECT[1]], "o", color="0.5", ms=5, label="balls at t = 0")
+    ax[0].plot(*TARGET, "r*", ms=12, ls="none", label="target")
     ax[0].set_aspect("equal")
-    ax[0].set_xlabel("x")
-    ax[0].set_ylabel("y")
-    ax[0].legend(fontsize=7)
-    ax[1].semilogy(history)
-    ax[1].set_xlabel(f"{args.optimizer} iteration")
-    ax[1].set_ylabel("loss")
+    ax[0].set_xlabel("x (table units)")
+    ax[0].set_ylabel("y (table units)")
+    ax[0].set_title("paths of the two balls")
+    ax[0].legend(fontsize=7, loc="upper left")
+    ax[1].semilogy(np.arange(len(history)), history, "o-", ms=3)
+    ax[1].set_xlabel({"lbfgs": "L-BFGS", "adam": "Adam"}[optimizer] + " iteration")
+    ax[1].set_ylabel("loss = |x_object(T) - target|^2")
+    ax[1].set_title("fit of the launch velocity")
+    ax[1].grid(True, which="both", alpha=0.3)
+    fig.suptitle(f"Billiards: cue launch velocity ({v_start[0]:.2f}, {v_start[1]:.2f}) -> "
+                 f"({v_fit[0]:.3f}, {v_fit[1]:.3f}) sends the object ball to the target", fontsize=10)
     fig.tight_layout()
-    with atomic_write(args.out) as tmp:
-        fig.savefig(tmp, dpi=120)
-    print(f"wrote {args.out}")
-    return history
+    with atomic_write(path) as tmp:
+        fig.savefig(tmp, dpi=100)
+    print(f"wrote {path}")
+    return fig
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Handwritten digits (scikit-learn's bundled 8x8 set, no download) with an MLP.
 
     python examples/digits_mlp.py                 # ~98% test accuracy, a few seconds
-    python examples/digits_mlp.py --out loss.png  # where to save the loss curve
+    python examples/digits_mlp.py --plot loss.png # where to save the loss curve (.png, .pdf or .svg)
 """
 import argparse
 import os
@@ -20,6 +20,7 @@ except ImportError:  # running from a source checkout without `pip install -e .`
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import sciml as sm
 from sciml import distributed as dist
+from sciml._io import atomic_write, check_output_path
 from sciml.data import DataLoader, train_test_split
 from sciml.models import MLP, accuracy, cross_entropy
 from sciml.optim import AdamW, schedules
@@ -40,9 +41,14 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    ap.add_argument("--out", default="digits_mlp_loss.png", help="loss-curve plot (png)")
+    ap.add_argument("--plot", "--out", dest="plot", metavar="PATH", default="digits_mlp_loss.png",
+                    help="figure of the loss and test accuracy (.png, .pdf or .svg; default digits_mlp_loss.png)")
     ap.add_argument("--quick", action="store_true", help="1 epoch on a subset (smoke test)")
     args = ap.parse_args(argv)
+    try:   # a bad output path fails now, not after the training
+        args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
+    except (TypeError, ValueError, OSError) as e:
+        ap.error(str(e))
     dist.init()  # `mpirun -np N python examples/digits_mlp.py`: each batch split over N ranks
     sm.init(dtype=args.dtype, seed=args.seed)
     Xtr, Xte, ytr, yte = load(args.seed)
@@ -60,28 +66,39 @@ def main(argv=None):
     acc = trainer.evaluate((Xte, yte))["accuracy"]
     dist.print0(f"test accuracy: {acc * 100:.2f}%  ({len(yte)} test images, {time.perf_counter() - t0:.1f} s training)")
     if dist.is_main():
-        plot(history, args.out, "MLP on scikit-learn digits")
+        plot(history, args.plot,
+             f"MLP 64-128-128-10 on scikit-learn's 8x8 digits ({len(ytr)} training, {len(yte)} test images)")
     return acc
 
 
 def plot(history, out, title):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(history["loss"], lw=0.8, label="training loss (per step)")
-    if history["val"]:
-        steps = np.linspace(len(history["loss"]) / len(history["val"]), len(history["loss"]), len(history["val"]))
-        ax.plot(steps, [v["loss"] for v in history["val"]], "o-", ms=3, label="test loss (per epoch)")
+    """Loss per step and per epoch (left), test accuracy per epoch (right)."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(9, 3.6))
+    ax, ax2 = fig.subplots(1, 2)
+    n_steps, val = len(history["loss"]), history["val"]
+    ax.plot(np.arange(1, n_steps + 1), history["loss"], lw=0.6, alpha=0.8, label="training loss (per step)")
+    if val:
+        steps = np.linspace(n_steps / len(val), n_steps, len(val))
+        ax.plot(steps, [v["loss"] for v in val], "o-", ms=3, label="test loss (after each epoch)")
+        ax2.plot(np.arange(1, len(val) + 1), [100 * v["accuracy"] for v in val], "o-", ms=3, color="tab:green")
+        ax2.set_title(f"test accuracy (final {100 * val[-1]['accuracy']:.2f}%)", fontsize=10)
     ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy")
-    ax.set_title(title)
-    ax.legend()
+    ax.set_xlabel("training step (minibatch)")
+    ax.set_ylabel("cross-entropy loss")
+    ax.set_title("loss", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    ax2.set_xlabel("epoch")
+    ax2.set_ylabel("test accuracy (%)")
+    ax2.xaxis.get_major_locator().set_params(integer=True)
+    ax2.grid(True, alpha=0.3)
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    with atomic_write(out) as tmp:
+        fig.savefig(tmp, dpi=100)
     print(f"loss curve saved to {out}")
+    return fig
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ flows through both (derivative rules in sciml ops). The fitted likelihood is che
 GaussianProcessRegressor at the same hyperparameters (an independent implementation), and scikit-learn's own
 fit is reported for comparison.
 
-    python examples/gp_regression.py            # 80 points
-    python examples/gp_regression.py --quick    # smoke test
+    python examples/gp_regression.py                # 80 points
+    python examples/gp_regression.py --plot gp.png  # and a figure (.png, .pdf or .svg) of the posterior
+    python examples/gp_regression.py --quick        # smoke test
 """
 import argparse
 import math
@@ -25,6 +26,7 @@ except ImportError:  # running from a source checkout without `pip install -e .`
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import sciml as sm
+from sciml._io import atomic_write, check_output_path
 from sciml.models import Parameter
 from sciml.optim import LBFGS
 
@@ -49,11 +51,26 @@ def predict(p, x, y, xs):
     return sm.matmul(kernel(p, xs, x), a)
 
 
+def posterior_std(p, x, xs):
+    """Standard deviation of the latent function at xs: sqrt(k(xs, xs) - v^T v), v = L^{-1} k(x, xs)."""
+    n = x.shape[0]
+    L = sm.linalg.cholesky(kernel(p, x, x) + sm.exp(2.0 * p["log_sn"]) * sm.eye(n, dtype=x.dtype))
+    v = sm.linalg.triangular_solve(L, kernel(p, x, xs), lower=True)
+    return sm.sqrt(sm.maximum(sm.exp(2.0 * p["log_sf"]) - (v * v).sum(0), 0.0))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--n", type=int, default=80)
+    ap.add_argument("--plot", metavar="PATH", default=None,
+                    help="write a figure of the data and the fitted posterior (.png, .pdf or .svg)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
+    if args.plot is not None:
+        try:   # a bad output path fails now, not after the fit
+            args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
+        except (TypeError, ValueError, OSError) as e:
+            ap.error(str(e))
     sm.init(dtype="float64", seed=0)
     n = 25 if args.quick else args.n
     rng = np.random.default_rng(0)
@@ -72,6 +89,9 @@ def main(argv=None):
     rmse = float(np.sqrt(np.mean((mean - (np.sin(2 * xt) + 0.3 * xt)) ** 2)))
     print(f"posterior-mean RMSE against the noiseless function: {rmse:.4f}")
     out = {"nll_start": start, "nll": res.loss, "rmse": rmse, **hyp}
+    if args.plot is not None:
+        std = posterior_std(p, x, sm.tensor(xt)).numpy()
+        plot(xn, yn, xt, mean, std, hyp, rmse, args.plot)
     try:
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, RBF, WhiteKernel
@@ -86,6 +106,32 @@ def main(argv=None):
     print(f"scikit-learn: nll at our hyperparameters {out['sklearn_nll_at_ours']:.4f}; "
           f"its own fit {out['sklearn_nll_fit']:.4f}")
     return out
+
+
+def plot(xn, yn, xt, mean, std, hyp, rmse, path):
+    """Data, the noiseless function, the posterior mean and its 95% band, one panel."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(7.5, 4))
+    ax = fig.subplots()
+    ax.fill_between(xt, mean - 1.96 * std, mean + 1.96 * std, color="tab:blue", alpha=0.2,
+                    label="95% band of the latent function")
+    ax.plot(xt, np.sin(2 * xt) + 0.3 * xt, "k--", lw=1, label="true function sin(2x) + 0.3x")
+    ax.plot(xt, mean, color="tab:blue", lw=1.5, label=f"posterior mean (RMSE {rmse:.3f})")
+    ax.plot(xn, yn, "o", color="tab:red", ms=3, label=f"{len(xn)} noisy observations")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(lo, hi + 0.3 * (hi - lo))   # room for the legend above the data
+    ax.legend(fontsize=8, loc="upper center", ncol=2)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"Gaussian-process regression, hyperparameters fitted by L-BFGS through a Cholesky factor\n"
+                 f"length scale l = {hyp['log_l']:.3f}, signal s_f = {hyp['log_sf']:.3f}, "
+                 f"noise s_n = {hyp['log_sn']:.3f}", fontsize=9)
+    fig.tight_layout()
+    with atomic_write(path) as tmp:
+        fig.savefig(tmp, dpi=100)
+    print(f"wrote {path}")
+    return fig
 
 
 if __name__ == "__main__":
