@@ -191,12 +191,13 @@ def _shutdown():
     module dicts and reference cycles are torn down, while sciml's kernel caches and jit plans
     (pybind objects: compiled kernel data, launch contexts) may still be alive or freed after it.
 
-    LAUNCH_LOCK is taken and never given back: Python runs atexit handlers while daemon threads
-    still run, and a daemon thread that launched a cached kernel (a jit replay, a fast launch)
-    after ``ti.reset()`` jumped into freed code (SIGSEGV at exit in 3 of 4 runs of a script whose
-    daemon threads replay a jit; tests/test_robustness.py). Now such a thread blocks on the lock
-    until the process ends. The main thread (later atexit handlers) still owns it: sciml's entry
-    points refuse there (``ensure_init``).
+    LAUNCH_LOCK is taken and never given back. Python runs atexit handlers while daemon threads
+    still run; a daemon thread replaying a jit plan once the lock was free again, after
+    ``ti.reset()``, jumped into freed kernel code (SIGSEGV at exit in 10 of 10 runs of such a
+    script, and 8 of 8 of tests/test_robustness.py's exit script; docs/CORE.md, "Exit-time crash
+    investigation"). Now such a thread blocks on the lock until the process ends. The main thread
+    owns the lock, so atexit handlers registered before sciml started (they run after this one)
+    are not blocked: entry points that start the runtime refuse there (``ensure_init``).
     """
     if _state["arch"] is None or _state["closed"]:
         return
