@@ -65,24 +65,27 @@ class HostStepper:
             self.plans.clear()
             self.n_ctx = 0
         sim, rows = self.sim, self._rows(seg, m)
+        # the backward recomputes scratch with the forward's own launch contexts (same arguments)
+        fplan = self._plan(seg, t0, m, False) if backward and self.scratch else None
         plan = []
         for t in range(m):
             tt = t0 + t
             base = self._args(rows, t, tt)
-            fw = [rk.context(base + [tt] if has_t else base, self.none) for rk, has_t in self.fwd]
             la = [rows[t + 1], self.p, self.c[tt], self.lout, *self.consts] + ([tt] if sim.loss_t else [])
             if not backward:
+                fw = [rk.context(base + [tt] if has_t else base, self.none) for rk, has_t in self.fwd]
                 lf = self.loss_f.context(la, self.none) if self.loss_f is not None else None
                 plan.append((fw, lf))
                 continue
+            fw = fplan[t][0] if fplan is not None else None
             g_x, g_xn = self.lam[(m - t) % 2], self.lam[(m - 1 - t) % 2]
             grads = [g_x, self.gp, self.gc[tt], g_xn, *self.scratch_g] + [None] * (len(self.consts) + 1)
             bw = [rk.context(base + [tt] if has_t else base, grads) for rk, has_t in self.bwd]
             lb = None
             if self.loss_b is not None:
                 lb = self.loss_b.context(la, [g_xn, self.gp, self.gc[tt], self.lout_g] + [None] * (len(self.consts) + 1))
-            plan.append((fw if self.scratch else None, g_x, bw, lb))
-        self.n_ctx += m * (len(self.fwd) + 1) * (2 if backward else 1)
+            plan.append((fw, g_x, bw, lb))
+        self.n_ctx += m * (len(self.fwd) + 1)
         self.plans[key] = plan
         return plan
 
