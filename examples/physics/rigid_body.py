@@ -21,7 +21,7 @@ kernels per step; here the step is ONE kernel of five top-level loops (the origi
 
 Over 2047 steps the contacts make the rollout chaotic: a one-rounding difference at the first
 contact (step 73) grows to 3e-4 in the final positions, so the port equals the original to rounding
-only over shorter rollouts (1e-15 at 1024 steps; see docs/physics.md).
+only over shorter rollouts (5e-15 at 1 024 steps; see docs/physics.md).
 
     python examples/physics/rigid_body.py                 # 20 iterations of clipped gradient descent, as DiffTaichi
     python examples/physics/rigid_body.py --quick         # smoke test (300 steps, 3 iterations)
