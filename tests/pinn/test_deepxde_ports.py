@@ -34,3 +34,25 @@ def test_line_counts_and_table(tmp_path):
     line = B._row(row)
     assert line == "| `p` | 1.00e-03 | 2.00e-03 | 2 s | 3 s | 10 | 20 | C: 1.01 / 1.02 |"
     assert "| `p` | 1.00e-03 | – |" in B._row(dict(row, deepxde=None))
+
+
+def test_pde_on_boundary_includes_both_ends_of_a_periodic_condition():
+    # DeepXDE's Poisson_periodic_1d: 16 domain + 2 boundary points, the PDE on all 18; the
+    # periodic condition's point at x = 1 is one of them (it was missing: 17 PDE points)
+    from sciml.pinn import Dirichlet, Interval, Periodic, Problem, d
+    from sciml.pinn.solver import sample_batch
+    pb = Problem(Interval(-1, 1), lambda u, x: d(u, x, x),
+                 conditions=[Dirichlet(0.0, on="left", points=1), Periodic("x", points=1)])
+    b = sample_batch(pb, 16, np.random.default_rng(0), "lhs", "float64", pde_on_boundary=True)
+    ends = b.interior[np.isin(b.interior[:, 0], [-1.0, 1.0]), 0]
+    assert b.n == 19 and sorted(ends) == [-1.0, -1.0, 1.0]
+    b = sample_batch(pb, 16, np.random.default_rng(0), "lhs", "float64")
+    assert b.n == 16
+
+
+def test_condition_names_carry_the_component():
+    from sciml.pinn import Dirichlet, Initial, Periodic
+    assert Initial(1.0, component=2).name == "initial[2]"
+    assert Dirichlet(0.0, on="left", component=0).name == "dirichlet:left[0]"
+    assert Periodic("x", component=1).name == "periodic:x[1]"
+    assert Dirichlet(0.0, component=1, name="u").name == "u"
