@@ -26,7 +26,9 @@ def test_port_runs_in_quick_mode(name, monkeypatch, capsys):
 def test_line_counts_and_table(tmp_path):
     f = tmp_path / "p.py"
     f.write_text('"""doc\nstring"""\nimport os\n\nimport numpy as np  # c\n# comment\n'
-                 'STEPS = int(os.environ.get("SCIML_STEPS", 5))\nx = 1\nwall = 2\nerr = 3\n')
+                 'STEPS = int(os.environ.get("SCIML_STEPS", 5))\nLBFGS_STEPS = STEPS // 2\n'
+                 'LB = max(1, STEPS // 2)\ndde.optimizers.set_LBFGS_options(maxiter=LB)\n'
+                 'x = 1\nwall = 2\nerr = 3\n')
     assert B.user_lines(str(f)) == 2          # the numpy import and x = 1
     assert len(B.ports()) >= 12
     row = {"name": "p", "sciml": {"rel_l2": 1e-3, "time": 2.0, "C": 1.01},
