@@ -311,3 +311,19 @@ def test_optimizer_update_wide_members():
     if W > 4:
         specs = [k[-1] for k in C._cache if isinstance(k, tuple) and k[:3] == ("optim_group", "adam", "float32")]
         assert any(W in s and 4 in s for s in specs), specs
+
+
+def test_busy_host_detection(monkeypatch):
+    """busy(): the 1-minute load average against the usable cores, re-read at most once a second."""
+    monkeypatch.setattr(C, "_BUSY_ON", True)
+    monkeypatch.setattr(C.os, "getloadavg", lambda: (C._CORES + 0.5, 0.0, 0.0))
+    monkeypatch.setattr(C, "_busy", [0.0, False])
+    assert C.busy()
+    monkeypatch.setattr(C.os, "getloadavg", lambda: (0.1, 0.0, 0.0))
+    assert C.busy()  # cached for a second
+    monkeypatch.setattr(C, "_busy", [0.0, True])
+    assert not C.busy()
+    monkeypatch.setattr(C, "_BUSY_ON", False)
+    monkeypatch.setattr(C.os, "getloadavg", lambda: (1e3, 0.0, 0.0))
+    monkeypatch.setattr(C, "_busy", [0.0, False])
+    assert not C.busy()
