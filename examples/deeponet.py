@@ -74,7 +74,7 @@ def main(argv=None):
             args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
         except (TypeError, ValueError, OSError) as e:
             ap.error(str(e))
-    sm.manual_seed(args.seed)
+    sm.init(seed=args.seed)  # seeds the initial weights (a sm.manual_seed before the first init is lost)
     U, Y, G = make_data(200 if args.quick else 1000, 20, args.seed)
     Ut, Yt, Gt, at, bt = make_data(100, 50, args.seed + 1, coefficients=True)
     net = DeepONet(16 if args.quick else 40, 16 if args.quick else 40)

@@ -60,7 +60,7 @@ def main(argv=None):
             args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
         except (TypeError, ValueError, OSError) as e:
             ap.error(str(e))
-    sm.manual_seed(args.seed)
+    sm.init(seed=args.seed)  # seeds the initial weights (a sm.manual_seed before the first init is lost)
     Xtr, ytr, Xte, yte = make_data(400 if args.quick else 3000, 12 if args.quick else 32, args.seed)
     net = Forecaster(8 if args.quick else 32)
     trainer = Trainer(net, mse, Adam(net.parameters(), lr=1e-2), progress=not args.quick,

@@ -107,8 +107,7 @@ def plot(net, xn, yn, batch_loss, clipped, acc, args, path):
         prob = 1 / (1 + np.exp(-net(sm.tensor(np.stack([gx.ravel(), gy.ravel()], 1))).numpy()[:, 0]))
     fig = Figure(figsize=(11, 4.3))
     ax, ax2 = fig.subplots(1, 2)
-    m = ax.pcolormesh(gx, gy, prob.reshape(gx.shape), cmap="RdBu_r", vmin=0, vmax=1, shading="auto",
-                      alpha=0.55)
+    m = ax.contourf(gx, gy, prob.reshape(gx.shape), levels=np.linspace(0, 1, 11), cmap="RdBu_r", alpha=0.55)
     fig.colorbar(m, ax=ax, label="predicted P(class 1)")
     ax.contour(gx, gy, prob.reshape(gx.shape), levels=[0.5], colors="k", linewidths=1)
     ax.plot(*xn[yn == 0].T, "o", ms=3, color="tab:blue", mec="k", mew=0.3, label="class 0")

@@ -61,7 +61,7 @@ def main(argv=None):
             args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
         except (TypeError, ValueError, OSError) as e:
             ap.error(str(e))
-    sm.manual_seed(args.seed)
+    sm.init(seed=args.seed)  # seeds the initial weights (a sm.manual_seed before the first init is lost)
     n = 256 if args.quick else 4000
     Xtr, ytr = make_data(n, args.seed)
     Xte, yte = make_data(n // 4, args.seed + 1)

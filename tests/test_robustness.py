@@ -12,8 +12,9 @@ import sciml as sm
 from sciml import runtime
 
 _EXIT_SCRIPT = textwrap.dedent("""
-    import sys, warnings
+    import atexit, sys, threading, time, warnings
     import numpy as np
+    atexit.register(time.sleep, 0.3)  # other exit work: a handler registered before sciml's, run after it
     import sciml as sm
     sm.init(arch="cpu", dtype=sys.argv[1], seed=0)
     rng = np.random.default_rng(0)
@@ -49,6 +50,13 @@ _EXIT_SCRIPT = textwrap.dedent("""
         bad(sm.jit(lambda a: float(a.sum()) * a), x); bad(sm.arange, 0, 1, 0); bad(sm.mean, sm.zeros((0,)))
     bad(lambda: sm.tensor([-3, 2]) ** 2); bad(sm.ones, (3,), "bool")   # (Taichi errors on main today)
     bad(sm.grad(lambda a: (a * a).sum()), sm.tensor([1, 2], dtype="int32"))
+
+    def replay():  # daemon threads still replaying jit plans when the interpreter exits
+        while True:
+            jf(x, y); jg(x)
+    for _ in range(2):
+        threading.Thread(target=replay, daemon=True).start()
+    time.sleep(0.2)
     print(n["ok"] + n["err"], "calls", n["err"], "failed", flush=True)
 """)
 

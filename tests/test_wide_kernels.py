@@ -278,3 +278,52 @@ def test_jit_replay_of_wide_sizes():
     jf = sm.jit(f)
     for x in xs:
         np.testing.assert_allclose(float(jf(x)), float(f(x)), rtol=1e-5)
+
+
+def test_optimizer_update_wide_members():
+    """The grouped optimizer kernel gives each tensor the wide lanes when all its buffers are aligned for
+    them (and 16-byte lanes otherwise), with the numbers of the scalar kernel."""
+    from sciml.kernels import optim as K
+    sm.init(arch="cpu")
+    rng = np.random.default_rng(8)
+    sizes, offsets = (20011, 16411, 300), (0, 16, 0)
+    bufs, ref = [], []
+    for n, off in zip(sizes, offsets):
+        arrs = [_aligned(n, "float32", off) for _ in range(4)]
+        for a in arrs:
+            a[:] = rng.normal(size=n)
+        arrs[3][:] = np.abs(arrs[3])
+        bufs.append(arrs)
+        ref.append([a.copy() for a in arrs])
+    sc, plain = K.adam_scalars(0.01, 0.9, 0.999, 1e-8, 0.1, 0.001)
+    K.update_many("adam", "float32", [(tuple(a), n) for a, n in zip(bufs, sizes)], sc, plain, (), cache={})
+    old = K.VECTOR
+    K.VECTOR = False
+    try:
+        for arrs, n in zip(ref, sizes):
+            K.adam(*arrs, n, "float32", 0.01, 0.9, 0.999, 1e-8, 0.1, 0.001)
+    finally:
+        K.VECTOR = old
+    for got, want in zip(bufs, ref):
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)  # as tests/optim: last-bit rounding, amplified
+    W = V.wide("float32")
+    if W > 4:
+        specs = [k[-1] for k in C._cache if isinstance(k, tuple) and k[:3] == ("optim_group", "adam", "float32")]
+        assert any(W in s and 4 in s for s in specs), specs
+
+
+def test_busy_host_detection(monkeypatch):
+    """busy(): the 1-minute load average against the usable cores, re-read at most once a second."""
+    monkeypatch.setattr(C, "_BUSY_ON", True)
+    monkeypatch.setattr(C.os, "getloadavg", lambda: (C._CORES + 0.5, 0.0, 0.0))
+    monkeypatch.setattr(C, "_busy", [0.0, False])
+    assert C.busy()
+    monkeypatch.setattr(C.os, "getloadavg", lambda: (0.1, 0.0, 0.0))
+    assert C.busy()  # cached for a second
+    monkeypatch.setattr(C, "_busy", [0.0, True])
+    assert not C.busy()
+    monkeypatch.setattr(C, "_BUSY_ON", False)
+    monkeypatch.setattr(C.os, "getloadavg", lambda: (1e3, 0.0, 0.0))
+    monkeypatch.setattr(C, "_busy", [0.0, False])
+    assert not C.busy()

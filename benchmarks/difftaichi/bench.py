@@ -80,8 +80,9 @@ def run(program, steps, iters, rounds=1, **sizes):
     rows = []
     for name, rs in (("DiffTaichi (fields, ti.ad.Tape)", res["a"]), ("sciml port (Simulation)", res["b"])):
         per = [statistics.median(list(r["times"][1:]) or list(r["times"])) for r in rs]
-        rows.append((name, float(rs[0]["loss"]), statistics.median(per), [round(float(p), 4) for p in per],
-                     statistics.median(float(r["times"][0]) for r in rs), max(float(r["peak_rss"]) for r in rs) / 2**20))
+        first = statistics.median(float(r["times"][0]) for r in rs)
+        mem = max(float(r["peak_rss"]) for r in rs) / 2**20
+        rows.append((name, float(rs[0]["loss"]), statistics.median(per), [round(float(p), 4) for p in per], first, mem))
     return rows, rel, res
 
 
@@ -101,7 +102,8 @@ def main(argv=None):
     rows, rel, res = run(args.program, steps, args.iters, args.rounds, **sizes)
     print(f"{args.program}: {steps} steps {sizes or ''}, float64, CPU; {args.rounds} round(s) interleaved, "
           f"median of {args.iters - 1} iterations per process")
-    print(f"{'program':<34} {'loss':>16} {'s / iteration':>14} {'first (compile) s':>18} {'peak RSS MiB':>13}  per round")
+    print(f"{'program':<34} {'loss':>16} {'s / iteration':>14} {'first (compile) s':>18} {'peak RSS MiB':>13}"
+          "  per round")
     for name, loss, t, per, first, mem in rows:
         print(f"{name:<34} {loss:>16.12f} {t:>14.4f} {first:>18.1f} {mem:>13.0f}  {per}")
     print(f"gradients: max relative difference {rel:.2e} (target <= 1e-10)")

@@ -172,7 +172,8 @@ def main(argv=None):
     ap.add_argument("--float32", action="store_true", help="float32 (default float64)")
     ap.add_argument("--quick", action="store_true", help="32 x 32 grid, 10 steps, 3 iterations (smoke test)")
     ap.add_argument("--out", default=None, help="figure: start smoke, final smoke, target")
-    ap.add_argument("--bench-out", default=None, help="write the gradient and timings at the benchmark's start velocity")
+    ap.add_argument("--bench-out", default=None,
+                    help="write the gradient and timings at the benchmark's start velocity")
     args = ap.parse_args(argv)
     if args.quick:
         args.n_grid, args.steps, args.iters = 32, 10, 3

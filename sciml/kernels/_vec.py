@@ -1,21 +1,25 @@
-"""16-byte vector kernels on CPU: flat numpy buffers passed as ndarrays of ``ti.Vector(lanes)``.
+"""Vector kernels on CPU: flat numpy buffers passed as ndarrays of ``ti.Vector(lanes)``.
 
-Taichi's LLVM here does not vectorise loops over ndarrays (base pointers are reloaded every
-iteration: the dumped IR has one scalar load per element and operand). A kernel whose ndarray arguments have a vector dtype
+Taichi's LLVM here does not vectorise loops over ndarrays: every iteration reloads the ndarray data
+pointers from Taichi's argument buffer (a store might overwrite them), so the loop vectoriser gives up
+(docs/perf.md, "CPU code generation"). A kernel whose ndarray arguments have a vector dtype
 (``ti.types.ndarray(dtype=ti.types.vector(L, T), ndim=1)``), compiled with Taichi's
-``real_matrix_scalarize`` off, loads, computes and stores whole ``<L x T>`` vectors: packed SSE
-code (measured: Adam 2.4x, bias+ReLU forward/adjoint 2-4x faster than the scalar kernels).
+``real_matrix_scalarize`` off, loads, computes and stores whole ``<L x T>`` vectors; the JIT compiles
+for every feature of the host, so 8 float32 lanes run in ymm registers on AVX2 and 16 in zmm on AVX-512.
+
+Two widths: LANES (16 bytes: 4 x float32, 2 x float64), which every numpy buffer is aligned for, and
+the host's wide lanes (:func:`host_width`: 16 float32 lanes with AVX-512F, 8 with AVX2), whose aligned
+vector loads need 64 / 32-byte aligned buffers: sciml's own large host buffers are
+(``backend.empty``), and :func:`lanes_for` checks every address per call (wide, else 16-byte, else
+None: the scalar kernel). A misaligned vector load would crash the process.
 
 Rules for such kernels (``real_matrix_scalarize=False`` aborts the process on some vector ops):
 only + - * /, ``ti.sqrt``, ``ti.min``/``ti.max`` and ``ti.select(comparison, a, b)`` on vectors
-(unary minus, ``ti.abs``, ``ti.exp`` and ``ti.cast`` of a comparison abort at compile time;
-8-lane vectors segfaulted on 16-byte-aligned buffers: they want 32), and no Python float
-literal next to a float32 vector (``ti.max(v, 0.0)`` with float64 as sciml's default dtype makes
-a f64 vector and a cast that segfaults): write ``ti.cast(0, T)``.
-
-Buffers must be 16-byte aligned (vector loads are aligned loads: a misaligned buffer would
-crash): :func:`pointers` returns the data addresses, or None if any is misaligned (the caller
-then runs its scalar kernel). Lanes: 4 x float32, 2 x float64.
+(unary minus, ``ti.abs``, ``ti.exp``, ``ti.floor``, ``ti.bit_cast`` and ``ti.cast`` on vectors abort at
+compile time or crash: lane-wise scalar code, ``v[u]``, works), and no Python float literal next to a
+float32 vector (``ti.max(v, 0.0)`` with float64 as sciml's default dtype makes a f64 vector and a cast
+that segfaults): write ``ti.cast(0, T)``. ``VecLaunch(..., exact=True)`` compiles without fast math
+(IEEE arithmetic: no reassociation, infinities and NaN kept), which range reductions need.
 """
 import os
 

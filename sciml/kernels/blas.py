@@ -38,6 +38,7 @@ import os
 import sys
 
 from ._common import address as _address
+from ._common import busy as _busy
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _SEQUENTIAL = 1  # MKL_THREADING_SEQUENTIAL
@@ -333,6 +334,10 @@ def gemm(a, b, out, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, accu
     TA, TB = _TRANS if ta else _NO_TRANS, _TRANS if tb else _NO_TRANS
     lda, ldb, beta = m if ta else k, k if tb else n, 1.0 if accumulate else 0.0
     pa, pb, pc = _address(a), _address(b), _address(out)  # 0.6 vs 1.6 us each (``_common.address``)
+    if BUSY_SINGLE and _CORES > 1 and _busy() and get_threads() != 1:
+        with threads(1):  # every core taken: one thread (see BUSY_SINGLE)
+            f(_ROW_MAJOR, TA, TB, m, n, k, 1.0, pa, lda, pb, ldb, beta, pc, n)
+        return True
     if not _split_mode(lb) or m * n * k < SPLIT_MIN or _CORES < 2 or _state["nosplit"]:
         f(_ROW_MAJOR, TA, TB, m, n, k, 1.0, pa, lda, pb, ldb, beta, pc, n)
         return True
@@ -352,6 +357,16 @@ def gemm(a, b, out, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, accu
 
 
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+# Opt-in (``SCIML_BUSY_BLAS=1``): when every core is busy (``_common.busy``: 1-minute load average >= cores),
+# GEMMs run on ONE thread: a multi-threaded GEMM waits for its slowest thread, and a descheduled one stalls
+# it. Not the default: the thread count changes OpenBLAS's float32 rounding (tests/test_blas.py compares
+# with numpy's matmul at 1e-5 and saw a 1.3e-5 difference at (130x70)@(70x257)), so results would depend
+# on the machine's load. Measured here (AMD EPYC,
+# 2 vCPUs, load average 24, float32, 41 interleaved rounds, min / median us): (10000x32)@(32x32)
+# OpenBLAS 1 thread 327 / 403, 2 threads 320 / 22680 (numpy's matmul, 2 threads: 405 / 29227); MKL 1
+# thread 304 / 400, 2 threads 1101 / 12229; (41600x32)@(32x32) OpenBLAS 1 thread 2040 / 7932, 2 threads
+# 15689 / 31984.
+BUSY_SINGLE = os.environ.get("SCIML_BUSY_BLAS", "0").strip() == "1"
 
 
 def available() -> bool:

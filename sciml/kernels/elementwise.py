@@ -590,8 +590,9 @@ def _build_binary(op, dtype, out_dtype, mode, serial):
     return k
 
 
-# --- 16-byte vector forms of the cheap maps (CPU; see _vec.py) ---------------------------------
-# The flat loop runs on ti.Vector lanes (4 x f32 / 2 x f64) over the first h = n - n % lanes elements;
+# --- vector forms of the cheap maps and the float32 transcendentals (CPU; see _vec.py) ------------
+# The flat loop runs on ti.Vector lanes (the host's wide lanes, 8 / 16 x f32, where every full-size
+# buffer is 32 / 64-byte aligned, else 4 x f32 / 2 x f64) over the first h = n - n % lanes elements;
 # the tail (< lanes elements, when there is one) is a second, serialized launch of the scalar kernel on
 # views. Same ops as the scalar kernels: the same bits (tests/test_vec_elementwise.py, incl. +-0, inf,
 # NaN). A tail computed inside the vector kernel (a scalar loop, or one zero-padded vector) was not

@@ -138,9 +138,9 @@ SUM_CHUNK = 1 << 14  # elements per partial sum of a parallel whole-buffer sum (
 def _sum_flat(x, out, r, dtype):
     """The sum of a whole contiguous buffer on the widest vector lanes its alignment allows (CPU,
     ``kernels/_vec.py``): four vector accumulators per chunk (independent adds), the lanes summed at
-    the chunk's end, the r % lanes tail added by the last chunk. Up to SUM_CHUNK elements: one chunk, one
-    launch, straight into ``out``; larger: chunks of SUM_CHUNK (in parallel unless small or the host is
-    busy), then the partials' sum (a second launch).
+    the chunk's end, the r % lanes tail added by the last chunk; chunks of SUM_CHUNK elements (in parallel
+    unless small or the host is busy), then the partials summed in order by a second task of the same
+    launch.
     False: not applicable (misaligned, or switched off: ``elementwise.VECTOR``)."""
     from . import _vec as V
     from . import elementwise as E
@@ -157,15 +157,13 @@ def _sum_flat(x, out, r, dtype):
     nch = -(-r // SUM_CHUNK)  # by size only: the same bits serial or parallel
     chunk = -(-m // nch)
     nch = -(-m // chunk)
-    part = out if nch == 1 else C.backend.empty(nch, dtype)
-    k = V.cached(("reduce_sum_flat", dtype, serial, L), lambda: _build_sum_flat(dtype, serial, L), (L, 1, 1))
-    ptrs, counts, scal = (px, px, C.address(part)), (m, r, nch), (m, r, chunk, nch)
+    part = C.backend.empty(nch, dtype)
+    k = V.cached(("reduce_sum_flat", dtype, serial, L), lambda: _build_sum_flat(dtype, serial, L), (L, 1, 1, 1))
+    ptrs, counts, scal = (px, px, C.address(part), C.address(out)), (m, r, nch, 1), (m, r, chunk, nch)
     if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
         k.fast(ptrs, counts, scal)
     else:
-        k((x, x, part), ptrs, counts, scal)
-    if nch > 1:
-        reduce("sum", part, out, 1, nch, 1, dtype)
+        k((x, x, part, out), ptrs, counts, scal)
     return True
 
 
@@ -176,7 +174,7 @@ def _build_sum_flat(dtype, serial, L):
     VA, S = ti.types.ndarray(dtype=VT, ndim=1), C.arr(dtype)
 
     @ti.kernel
-    def k(xv: VA, xs: S, part: S, m: ti.i32, r: ti.i32, chunk: ti.i32, nch: ti.i32):
+    def k(xv: VA, xs: S, part: S, out: S, m: ti.i32, r: ti.i32, chunk: ti.i32, nch: ti.i32):
         ti.loop_config(serialize=serial)
         for c in range(nch):
             lo = c * chunk
@@ -201,6 +199,12 @@ def _build_sum_flat(dtype, serial, L):
                 for i in range(m * L, r):
                     t += xs[i]
             part[c] = t
+        ti.loop_config(serialize=True)  # on the launching thread
+        for _ in range(1):  # a second task of the same launch: the partials in order
+            acc = ti.cast(0, T)
+            for c in range(nch):
+                acc += part[c]
+            out[0] = acc
     return k
 
 

@@ -65,24 +65,27 @@ class HostStepper:
             self.plans.clear()
             self.n_ctx = 0
         sim, rows = self.sim, self._rows(seg, m)
+        # the backward recomputes scratch with the forward's own launch contexts (same arguments)
+        fplan = self._plan(seg, t0, m, False) if backward and self.scratch else None
         plan = []
         for t in range(m):
             tt = t0 + t
             base = self._args(rows, t, tt)
-            fw = [rk.context(base + [tt] if has_t else base, self.none) for rk, has_t in self.fwd]
             la = [rows[t + 1], self.p, self.c[tt], self.lout, *self.consts] + ([tt] if sim.loss_t else [])
             if not backward:
+                fw = [rk.context(base + [tt] if has_t else base, self.none) for rk, has_t in self.fwd]
                 lf = self.loss_f.context(la, self.none) if self.loss_f is not None else None
                 plan.append((fw, lf))
                 continue
+            fw = fplan[t][0] if fplan is not None else None
             g_x, g_xn = self.lam[(m - t) % 2], self.lam[(m - 1 - t) % 2]
             grads = [g_x, self.gp, self.gc[tt], g_xn, *self.scratch_g] + [None] * (len(self.consts) + 1)
             bw = [rk.context(base + [tt] if has_t else base, grads) for rk, has_t in self.bwd]
             lb = None
             if self.loss_b is not None:
                 lb = self.loss_b.context(la, [g_xn, self.gp, self.gc[tt], self.lout_g] + [None] * (len(self.consts) + 1))
-            plan.append((fw if self.scratch else None, g_x, bw, lb))
-        self.n_ctx += m * (len(self.fwd) + 1) * (2 if backward else 1)
+            plan.append((fw, g_x, bw, lb))
+        self.n_ctx += m * (len(self.fwd) + 1)
         self.plans[key] = plan
         return plan
 
@@ -251,8 +254,9 @@ def make_stepper(sim, npdt):
 
 
 class TangentRunner:
-    """Forward mode on the host: the step and its tangent kernel, step by step, from launch contexts
-    built once over buffers owned here (x/dx ping-pong, params, controls, their tangents)."""
+    """Forward mode on the host: the step kernels and their tangent kernels, step by step, from launch
+    contexts built once over buffers owned here (x/dx ping-pong, scratch and its tangents, params,
+    controls, their tangents). Tangent kernel k runs right after step kernel k."""
 
     MAX_STEPS = 1 << 15  # contexts are cached for rollouts up to this many steps
 
@@ -262,22 +266,26 @@ class TangentRunner:
         T = sim.steps
         self.x = [np.zeros(sim.state_shape, npdt) for _ in range(2)]
         self.dx = [np.zeros(sim.state_shape, npdt) for _ in range(2)]
+        self.scr = [np.zeros(s, npdt) for s in sim.scratch.values()]
+        self.dscr = [np.zeros(s, npdt) for s in sim.scratch.values()]
         self.p, self.dp = np.zeros(sim.params_shape, npdt), np.zeros(sim.params_shape, npdt)
         self.c, self.dc = np.zeros((T,) + cs, npdt), np.zeros((T,) + cs, npdt)
-        self.step = RawKernel(sim.kernels[0], False)
-        self.tan = RawKernel(sim.tangent_kernel, False)
+        self.pairs = [(RawKernel(k, False), kt, RawKernel(tk, False), tt)
+                      for k, kt, tk, tt in zip(sim.kernels, sim.kernel_t, sim.tangent_kernels, sim.tangent_ts)]
+        self.none = [None] * (8 + 2 * len(self.scr) + len(sim.constants) + 1)
         self.ctx = None
 
+    def _args(self, t):
+        a, b = t % 2, (t + 1) % 2
+        consts = list(self.sim.constants)
+        sa = [self.x[a], self.p, self.c[t], self.x[b], *self.scr, *consts]
+        ta = [self.x[a], self.p, self.c[t], self.x[b], *self.scr, self.dx[a], self.dp, self.dc[t], self.dx[b],
+              *self.dscr, *consts]
+        return [(sk, sa + ([t] if kt else []), tk, ta + ([t] if tt else [])) for sk, kt, tk, tt in self.pairs]
+
     def _contexts(self):
-        sim, consts = self.sim, list(self.sim.constants)
-        none = [None] * (8 + len(consts) + 1)
-        ctx = []
-        for t in range(sim.steps):
-            a, b = t % 2, (t + 1) % 2
-            sa = [self.x[a], self.p, self.c[t], self.x[b], *consts] + ([t] if sim.kernel_t[0] else [])
-            ta = [self.x[a], self.p, self.c[t], self.x[b], self.dx[a], self.dp, self.dc[t], self.dx[b], *consts]
-            ctx.append((self.step.context(sa, none), self.tan.context(ta + ([t] if sim.tangent_t else []), none)))
-        return ctx
+        return [[(sk.context(sa, self.none), tk.context(ta, self.none)) for sk, sa, tk, ta in self._args(t)]
+                for t in range(self.sim.steps)]
 
     def run(self, x0, dx0, p, dp, c, dc, where, out):
         """Tangents of the states at the times in ``where`` ({t: [slot, ...]}) into ``out`` (flat)."""
@@ -295,24 +303,20 @@ class TangentRunner:
                 self.ctx = self._contexts()
             ctx = self.ctx
         if ctx is not None:
-            (ls, ks), (lt, kt) = self.step.launcher(), self.tan.launcher()
+            launch = [(sk.launcher(), tk.launcher()) for sk, _, tk, _ in self.pairs]
         for i in where.get(0, ()):
             out[i * S:(i + 1) * S] = self.dx[0].reshape(-1)
-        consts = list(sim.constants)
-        none = [None] * (8 + len(consts) + 1)
         for t in range(sim.steps):
             b = (t + 1) % 2
-            self.x[b].fill(0.0)
-            self.dx[b].fill(0.0)
+            for a_ in (self.x[b], self.dx[b], *self.scr, *self.dscr):
+                a_.fill(0.0)
             if ctx is not None:
-                cs, ct = ctx[t]
-                ls(ks, cs)
-                lt(kt, ct)
+                for ((ls, ks), (lt, kt)), (cs_, ct) in zip(launch, ctx[t]):
+                    ls(ks, cs_)
+                    lt(kt, ct)
             else:
-                a = t % 2
-                sa = [self.x[a], self.p, self.c[t], self.x[b], *consts] + ([t] if sim.kernel_t[0] else [])
-                self.step(sa, none)
-                ta = [self.x[a], self.p, self.c[t], self.x[b], self.dx[a], self.dp, self.dc[t], self.dx[b], *consts]
-                self.tan(ta + ([t] if sim.tangent_t else []), none)
+                for sk, sa, tk, ta in self._args(t):
+                    sk(sa, self.none)
+                    tk(ta, self.none)
             for i in where.get(t + 1, ()):
                 out[i * S:(i + 1) * S] = self.dx[b].reshape(-1)

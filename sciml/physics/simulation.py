@@ -95,9 +95,12 @@ class Simulation:
         loss: optional per-step loss kernel (see the module docstring); ``sim(...)`` then returns
             ``(states, loss_sum)``.
         rollout, adjoint: ``@ti.kernel``s for the fused path (see the module docstring).
-        tangent: optional forward-mode kernel ``tangent(x, params, control, x_next, dx, dparams, dcontrol,
-            dx_next, *constants[, t])`` writing the step's tangent ``dx_next`` (x_next holds the step's
-            result); enables ``jvp`` / ``jacfwd`` through the rollout (single step kernel only).
+        tangent: optional forward-mode kernel ``tangent(x, params, control, x_next, *scratch, dx, dparams,
+            dcontrol, dx_next, *dscratch, *constants[, t])`` writing the step's tangent ``dx_next`` (x_next
+            holds the step's result); with several step kernels, a list of tangent kernels, one per step
+            kernel: tangent k runs right after step kernel k and writes the tangents of what it wrote
+            (scratch tangents ``dscratch`` start zeroed each step). Enables ``jvp`` / ``jacfwd`` through
+            the rollout (no ``loss=`` kernel).
         constants: extra arrays passed to every kernel after its own arguments (not differentiated):
             index tables, time-indexed targets or forcing read by the step index t.
         mode: "auto" (fused when rollout/adjoint exist and no per-step feature is used), "fused" or
@@ -135,11 +138,18 @@ class Simulation:
         self.loss_kernel = loss
         self.loss_t = self._arity(loss, 4, "loss") if loss is not None else False
         self.tangent_kernel = tangent
+        self.tangent_kernels = []
         if tangent is not None:
-            if len(self.kernels) != 1 or self.scratch or loss is not None:
-                raise ValueError(f"Simulation {name!r}: tangent= needs a single step kernel without scratch or "
-                                 "loss kernels.")
-            self.tangent_t = self._arity(tangent, 8, "tangent")
+            tans = list(tangent) if isinstance(tangent, (list, tuple)) else [tangent]
+            if len(tans) != len(self.kernels):
+                raise ValueError(f"Simulation {name!r}: tangent= needs one tangent kernel per step kernel (in the "
+                                 f"same order); got {len(tans)} for {len(self.kernels)} step kernel(s).")
+            if loss is not None:
+                raise ValueError(f"Simulation {name!r}: tangent= (forward mode) does not support a loss= kernel; "
+                                 "return the states (states=...) and write the loss in sciml ops.")
+            self.tangent_kernels = tans
+            self.tangent_ts = [self._arity(k, 8 + 2 * len(self.scratch), "tangent") for k in tans]
+            self.tangent_t = self.tangent_ts[0]
         self.rollout_kernel, self.adjoint_kernel = rollout, adjoint
         if (rollout is None) != (adjoint is None):
             raise ValueError(f"Simulation {name!r}: the fused path needs both rollout= and adjoint= kernels; "
@@ -218,7 +228,8 @@ class Simulation:
             if what == "step":
                 lay = "x, params, control, x_next" + "".join(f", {k}" for k in self.scratch)
             elif what == "tangent":
-                lay = "x, params, control, x_next, dx, dparams, dcontrol, dx_next"
+                lay = ("x, params, control, x_next" + "".join(f", {k}" for k in self.scratch)
+                       + ", dx, dparams, dcontrol, dx_next" + "".join(f", d{k}" for k in self.scratch))
             else:
                 lay = "x, params, control, out"
             lay += "".join(f", constant{i}" for i in range(len(self.constants)))
@@ -601,14 +612,14 @@ class Simulation:
             runner.run(x.reshape(-1), dx.reshape(-1), p.reshape(-1), dp.reshape(-1), c.reshape(-1), dc.reshape(-1),
                        where, out)
             return backend.from_numpy(out, dtype), (out.size,), dtype
-        step, tan = self.kernels[0], self.tangent_kernel
+        scr = [np.zeros(sh, npdt) for sh in self.scratch.values()]
+        dscr = [np.zeros(sh, npdt) for sh in self.scratch.values()]
         for t in range(T):
-            xn.fill(0.0)
-            dxn.fill(0.0)
-            a = [x, p, c[t], xn, *self.constants] + ([t] if self.kernel_t[0] else [])
-            step(*a)
-            b = [x, p, c[t], xn, dx, dp, dc[t], dxn, *self.constants] + ([t] if self.tangent_t else [])
-            tan(*b)
+            for a_ in (xn, dxn, *scr, *dscr):
+                a_.fill(0.0)
+            for step, has_t, tan, tan_t in zip(self.kernels, self.kernel_t, self.tangent_kernels, self.tangent_ts):
+                step(*([x, p, c[t], xn, *scr, *self.constants] + ([t] if has_t else [])))
+                tan(*([x, p, c[t], xn, *scr, dx, dp, dc[t], dxn, *dscr, *self.constants] + ([t] if tan_t else [])))
             x, xn, dx, dxn = xn, x, dxn, dx
             for i in where.get(t + 1, ()):
                 out[i * S:(i + 1) * S] = dx.reshape(-1)

@@ -43,7 +43,7 @@ def new_figure(figsize, show=False):
     return Figure(figsize=figsize)
 
 
-def save_figure(fig, path, dpi=120):
+def save_figure(fig, path, dpi=100):
     """``fig.savefig(path)`` through an atomic write (the temporary name keeps the suffix, so
     the format is the one ``path`` asks for)."""
     with atomic_write(path) as tmp:
@@ -189,6 +189,9 @@ def plot_result(result, path=None, show=False):
         _loss_panel(fig.add_subplot(1, 1, 1), result)
     err = result.rel_l2
     title = pb.name + (f": relative L2 error {err:.2e}" if math.isfinite(err) else "")
+    fitted = getattr(result, "parameters", None) or {}
+    if fitted:   # an inverse problem: the recovered coefficients belong in the title
+        title += "; fitted " + ", ".join(f"{k} = {float(v):.4g}" for k, v in fitted.items())
     title += f" ({result.time:.0f} s)"
     fig.suptitle(title)
     fig.tight_layout()

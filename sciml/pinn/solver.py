@@ -29,7 +29,7 @@ from ..autodiff.tensor import tensor
 from ..autodiff.transforms import vjp
 from . import checkpoint as ckpt
 from . import sampling
-from .conditions import Periodic, PointData
+from .conditions import PointData
 from .console import Console
 from .problem import Batch, Loss, Problem
 from .result import Progress, Result, errors, reference_grid
@@ -126,8 +126,10 @@ def sample_batch(problem, points, rng, method, dtype, pde_on_boundary=False):
     cond_pts = [c.sample(problem.domain, n, rng, method)
                 for c, n in zip(problem.conditions, per) if not c.hard]
     if pde_on_boundary:
+        # a periodic condition's points are boundary points at both ends (DeepXDE draws them
+        # from its boundary pool, on which the PDE holds too): all of them join
         extra = [p.x for c, p in zip(problem.soft_conditions, cond_pts)
-                 if c.given is None and not isinstance(c, (PointData, Periodic))]
+                 if c.given is None and not isinstance(c, PointData)]
         # hard conditions have no points of their own: draw them as DeepXDE would
         extra += [c.sample(problem.domain, n, rng, method).x
                   for c, n in zip(problem.conditions, per) if c.hard]

@@ -26,7 +26,9 @@ def test_port_runs_in_quick_mode(name, monkeypatch, capsys):
 def test_line_counts_and_table(tmp_path):
     f = tmp_path / "p.py"
     f.write_text('"""doc\nstring"""\nimport os\n\nimport numpy as np  # c\n# comment\n'
-                 'STEPS = int(os.environ.get("SCIML_STEPS", 5))\nx = 1\nwall = 2\nerr = 3\n')
+                 'STEPS = int(os.environ.get("SCIML_STEPS", 5))\nLBFGS_STEPS = STEPS // 2\n'
+                 'LB = max(1, STEPS // 2)\ndde.optimizers.set_LBFGS_options(maxiter=LB)\n'
+                 'x = 1\nwall = 2\nerr = 3\n')
     assert B.user_lines(str(f)) == 2          # the numpy import and x = 1
     assert len(B.ports()) >= 12
     row = {"name": "p", "sciml": {"rel_l2": 1e-3, "time": 2.0, "C": 1.01},
@@ -34,3 +36,25 @@ def test_line_counts_and_table(tmp_path):
     line = B._row(row)
     assert line == "| `p` | 1.00e-03 | 2.00e-03 | 2 s | 3 s | 10 | 20 | C: 1.01 / 1.02 |"
     assert "| `p` | 1.00e-03 | – |" in B._row(dict(row, deepxde=None))
+
+
+def test_pde_on_boundary_includes_both_ends_of_a_periodic_condition():
+    # DeepXDE's Poisson_periodic_1d: 16 domain + 2 boundary points, the PDE on all 18; the
+    # periodic condition's point at x = 1 is one of them (it was missing: 17 PDE points)
+    from sciml.pinn import Dirichlet, Interval, Periodic, Problem, d
+    from sciml.pinn.solver import sample_batch
+    pb = Problem(Interval(-1, 1), lambda u, x: d(u, x, x),
+                 conditions=[Dirichlet(0.0, on="left", points=1), Periodic("x", points=1)])
+    b = sample_batch(pb, 16, np.random.default_rng(0), "lhs", "float64", pde_on_boundary=True)
+    ends = b.interior[np.isin(b.interior[:, 0], [-1.0, 1.0]), 0]
+    assert b.n == 19 and sorted(ends) == [-1.0, -1.0, 1.0]
+    b = sample_batch(pb, 16, np.random.default_rng(0), "lhs", "float64")
+    assert b.n == 16
+
+
+def test_condition_names_carry_the_component():
+    from sciml.pinn import Dirichlet, Initial, Periodic
+    assert Initial(1.0, component=2).name == "initial[2]"
+    assert Dirichlet(0.0, on="left", component=0).name == "dirichlet:left[0]"
+    assert Periodic("x", component=1).name == "periodic:x[1]"
+    assert Dirichlet(0.0, component=1, name="u").name == "u"
