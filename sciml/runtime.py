@@ -112,7 +112,8 @@ def init(arch: str | None = None, dtype: str | None = None, seed: int | None = N
             ti.lang.impl.get_runtime().materialize()
         _state.update(arch=used, dtype=dtype, ti=ti)
         atexit.register(_shutdown)
-    manual_seed(seed)
+    if seed is not None or _state["seed"] is None:  # keep a stream the user seeded before the first tensor
+        manual_seed(seed)
     return used
 
 

@@ -47,6 +47,17 @@ def test_runtime_state():
     assert sm.init(seed=5) == "cpu"  # same settings: fine, reseeds
 
 
+def test_manual_seed_before_the_first_tensor_is_kept():
+    # starting Taichi (init, or the first tensor) must not reseed a stream the user already seeded
+    code = ("import sciml as sm; sm.manual_seed(7); sm.init(arch=\"cpu\"); a = sm.randn(4).numpy(); "
+            "import numpy as np; b = np.random.default_rng(7).standard_normal(4); "
+            "print(float(abs(a - b.astype(a.dtype)).max()))")
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    assert all(r.returncode == 0 for r in outs), outs[0].stderr[-2000:]
+    assert [float(r.stdout.split()[-1]) for r in outs] == [0.0, 0.0]
+
+
 def test_sciml_alone_prints_the_help_and_exits_0(capsys):
     assert cli.main([]) == 0
     out = capsys.readouterr().out
