@@ -236,10 +236,9 @@ RULES = {
     "cholesky": _rule_leading_batch, "solve": _rule_leading_batch, "triangular_solve": _rule_leading_batch,
     "qr": _rule_unary, "svd": _rule_unary, "eigh": _rule_unary, "slogdet": _rule_unary, "pinv": _rule_unary,
     "cumsum": _rule_rows, "cumprod": _rule_rows, "prod": _rule_rows, "argsort": _rule_rows, "argext": _rule_rows,
-    "dft": lambda prim, xs, flags, params, nb: prim(*_bcast_all(xs, flags, nb), **params).transpose(
-        (1, 0) + tuple(range(2, xs[0].ndim + 1))),
     "bias_act": lambda prim, xs, flags, params, nb: prim(*xs, **params) if not flags[1] else
     _rule_loop(prim, xs, flags, params, nb),
+    # sciml/_dft.py adds the rules of the FFT primitives (dft, rdft, irdft, ceinsum, cpack, cpart)
     "concat": lambda prim, xs, flags, params, nb: prim(*_bcast_all(xs, flags, nb), axis=params["axis"] + 1),
 }
 
