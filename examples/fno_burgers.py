@@ -60,17 +60,19 @@ def burgers_data(n_samples, grid, nu=0.01, T=1.0, seed=0):
 
 
 class SpectralConv1d(Module):
-    """v (b, n, c) -> irfft(R_k rfft(v)_k for the `modes` lowest k) with complex weights R (modes, c, c)."""
+    """v (b, n, c) -> irfft(R_k rfft(v)_k for the `modes` lowest k) with complex weights R (modes, c, c), stored
+    interleaved as one real parameter ``w`` of shape (modes, c, c, 2) (real, imaginary: numpy's complex layout)."""
 
     def __init__(self, width, modes, rng):
         scale = 1.0 / (width * width)
-        self.wr = Parameter(scale * rng.uniform(size=(modes, width, width)))
-        self.wi = Parameter(scale * rng.uniform(size=(modes, width, width)))
+        wr = scale * rng.uniform(size=(modes, width, width))
+        wi = scale * rng.uniform(size=(modes, width, width))
+        self.w = Parameter(np.stack([wr, wi], -1))
         self.modes = modes
 
     def forward(self, v):
         vh = F.rfft(v, axis=1, modes=self.modes)                  # Complex (b, modes, c), the lowest modes only
-        out = F.einsum("bki,kio->bko", vh, F.Complex(self.wr, self.wi))  # one complex batched GEMM
+        out = F.einsum("bki,kio->bko", vh, F.Complex.from_packed(self.w))  # one complex GEMM
         return F.irfft(out, v.shape[1], axis=1)                   # missing frequencies count as zero
 
 
@@ -141,7 +143,7 @@ def train_torch(net, data, epochs, batch, lr):  # pragma: no cover - needs torch
             x = torch.linspace(0, 1 - 1 / n, n, dtype=dt).reshape(1, n, 1).expand(b, n, 1)
             v = self.lin("lift", torch.cat([u0.reshape(b, n, 1), x], -1))
             for i in range(self.layers):
-                w = torch.complex(self.p[f"spectral_{i}_wr"], self.p[f"spectral_{i}_wi"])
+                w = torch.view_as_complex(self.p[f"spectral_{i}_w"])
                 vh = torch.fft.rfft(v, dim=1)[:, :self.modes]
                 out = torch.zeros(b, n // 2 + 1, v.shape[2], dtype=vh.dtype)
                 out[:, :self.modes] = torch.einsum("bki,kio->bko", vh, w)
