@@ -11,25 +11,39 @@ import math
 
 from . import _common as C
 from . import special
+from .. import backend, runtime
 
 _R2 = 1.0 / math.sqrt(2.0)
 _RS2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
+def _serial(n, cost):
+    """Serialized below the parallel break-even, and always when Taichi has one CPU thread (a parallel launch
+    would only hand the loop to a pool thread)."""
+    if C.launch_mode(n, cost):
+        return True
+    if not _one:
+        _one.append(backend.on_host() and runtime.num_threads() == 1)  # fixed once Taichi has started
+    return _one[0]
+
+
+_one: list = []
+
+
 def gelu(x, out, n: int, dtype: str):
-    serial = C.launch_mode(n, 16)
+    serial = _serial(n, 16)
     C.cached(("gelu", dtype, serial), lambda: _build(dtype, serial, False))(x, x, out, n)
 
 
 def gelu_grad(x, g, out, n: int, dtype: str):
-    serial = C.launch_mode(n, 24)
+    serial = _serial(n, 24)
     C.cached(("gelu_grad", dtype, serial), lambda: _build(dtype, serial, True))(x, g, out, n)
 
 
 def _build(dtype, serial, grad):
     ti = C.ti()
     A = C.arr(dtype)
-    T = C.backend.ti_dtype(dtype)
+    T = backend.ti_dtype(dtype)
     erfc = special.funcs(dtype)["erfc"]
 
     @ti.kernel
