@@ -3,11 +3,12 @@
 Data: u_t + u u_x = nu u_xx on the periodic interval [0, 1), initial conditions drawn from a Gaussian
 random field, solved to T = 1 by a pseudo-spectral method (RK4, 2/3 dealiasing) in the example itself.
 Model: lift (u0, x) to `width` channels, `layers` Fourier layers v <- gelu(K v + W v) where K keeps the
-`modes` lowest frequencies and multiplies them by learned complex matrices (sm.fft.rfft / irfft, complex
-arithmetic as sm.fft.Complex), then project to one channel. Trained with Adam on the relative L2 error.
+`modes` lowest frequencies and multiplies them by learned complex matrices (sm.fft.rfft(modes=), fft.einsum,
+irfft; complex values as sm.fft.Complex), then project to one channel. Trained with Adam on the relative L2 error.
 
 With PyTorch installed (`--torch`), the same architecture, initial weights, data and batches are trained
-in PyTorch too, and both report the time per epoch and the test error.
+in PyTorch too, one epoch of each in turn (so both see the same machine load), and both report the median
+time per epoch and the test error. `--threads N` gives both frameworks N CPU threads.
 
     python examples/fno_burgers.py              # 256 train / 64 test samples on a 128-point grid
     python examples/fno_burgers.py --quick      # smoke test
@@ -24,6 +25,7 @@ except ImportError:  # running from a source checkout without `pip install -e .`
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import sciml as sm
+from sciml.autodiff.ops.gelu_fused import gelu  # sm.gelu's values, one kernel forward and one backward
 from sciml.models import Linear, Module, Parameter
 from sciml.optim import Adam
 
@@ -58,22 +60,20 @@ def burgers_data(n_samples, grid, nu=0.01, T=1.0, seed=0):
 
 
 class SpectralConv1d(Module):
-    """v (b, n, c) -> irfft(R_k rfft(v)_k for the `modes` lowest k) with complex weights R (modes, c, c)."""
+    """v (b, n, c) -> irfft(R_k rfft(v)_k for the `modes` lowest k) with complex weights R (modes, c, c), stored
+    interleaved as one real parameter ``w`` of shape (modes, c, c, 2) (real, imaginary: numpy's complex layout)."""
 
     def __init__(self, width, modes, rng):
         scale = 1.0 / (width * width)
-        self.wr = Parameter(scale * rng.uniform(size=(modes, width, width)))
-        self.wi = Parameter(scale * rng.uniform(size=(modes, width, width)))
+        wr = scale * rng.uniform(size=(modes, width, width))
+        wi = scale * rng.uniform(size=(modes, width, width))
+        self.w = Parameter(np.stack([wr, wi], -1))
         self.modes = modes
 
     def forward(self, v):
-        n = v.shape[1]
-        vh = F.rfft(v, axis=1)[:, :self.modes]                        # Complex (b, modes, c)
-        ein = lambda a, w: sm.einsum("bki,kio->bko", a, w)
-        out = F.Complex(ein(vh.re, self.wr) - ein(vh.im, self.wi), ein(vh.re, self.wi) + ein(vh.im, self.wr))
-        pad = sm.zeros((v.shape[0], n // 2 + 1 - self.modes, v.shape[2]), v.dtype)
-        out = F.Complex(sm.concat([out.re, pad], 1), sm.concat([out.im, pad], 1))
-        return F.irfft(out, n, axis=1)
+        vh = F.rfft(v, axis=1, modes=self.modes)                  # Complex (b, modes, c), the lowest modes only
+        out = F.einsum("bki,kio->bko", vh, F.Complex.from_packed(self.w))  # one complex GEMM
+        return F.irfft(out, v.shape[1], axis=1)                   # missing frequencies count as zero
 
 
 class FNO1d(Module):
@@ -92,8 +92,8 @@ class FNO1d(Module):
         for i, (k, w) in enumerate(zip(self.spectral, self.pointwise)):
             v = k(v) + w(v)
             if i < len(self.spectral) - 1:
-                v = sm.gelu(v)
-        return sm.reshape(self.proj2(sm.gelu(self.proj1(v))), (b, n))
+                v = gelu(v)
+        return sm.reshape(self.proj2(gelu(self.proj1(v))), (b, n))
 
 
 def rel_l2(pred, y):
@@ -102,13 +102,13 @@ def rel_l2(pred, y):
 
 
 def train_sciml(net, data, epochs, batch, lr, jit=True):
+    """Train ``net``; a generator yielding each epoch's seconds, then (as its return value) the test error."""
     (xtr, ytr), (xte, yte) = data
     opt = Adam(net.parameters(), lr=lr)
     step = sm.value_and_grad(lambda p, x, y: rel_l2(net.apply(p, x), y))
     if jit:  # trace once per batch shape, then replay the kernels (and the BLAS / FFT host calls)
         step = sm.jit(step)
     rng = np.random.default_rng(1)
-    times = []
     for ep in range(epochs):
         t0 = time.perf_counter()
         order = rng.permutation(len(xtr))
@@ -116,12 +116,12 @@ def train_sciml(net, data, epochs, batch, lr, jit=True):
             idx = order[i:i + batch]
             loss, g = step(net.params(), sm.tensor(xtr[idx]), sm.tensor(ytr[idx]))
             opt.step(g)
-        times.append(time.perf_counter() - t0)
-    err = float(rel_l2(net(sm.tensor(xte)), sm.tensor(yte)))
-    return err, times
+        yield time.perf_counter() - t0
+    return float(rel_l2(net(sm.tensor(xte)), sm.tensor(yte)))
 
 
 def train_torch(net, data, epochs, batch, lr):  # pragma: no cover - needs torch
+    """The same model, data, batches and initial weights in PyTorch; a generator like train_sciml."""
     import torch
     torch.set_default_dtype(torch.float64 if sm.default_dtype() == "float64" else torch.float32)
     dt = torch.get_default_dtype()
@@ -143,7 +143,7 @@ def train_torch(net, data, epochs, batch, lr):  # pragma: no cover - needs torch
             x = torch.linspace(0, 1 - 1 / n, n, dtype=dt).reshape(1, n, 1).expand(b, n, 1)
             v = self.lin("lift", torch.cat([u0.reshape(b, n, 1), x], -1))
             for i in range(self.layers):
-                w = torch.complex(self.p[f"spectral_{i}_wr"], self.p[f"spectral_{i}_wi"])
+                w = torch.view_as_complex(self.p[f"spectral_{i}_w"])
                 vh = torch.fft.rfft(v, dim=1)[:, :self.modes]
                 out = torch.zeros(b, n // 2 + 1, v.shape[2], dtype=vh.dtype)
                 out[:, :self.modes] = torch.einsum("bki,kio->bko", vh, w)
@@ -157,7 +157,6 @@ def train_torch(net, data, epochs, batch, lr):  # pragma: no cover - needs torch
     (xtr, ytr), (xte, yte) = data
     rel = lambda p, y: (((p - y) ** 2).sum(1) / (y * y).sum(1)).sqrt().mean()
     rng = np.random.default_rng(1)
-    times = []
     for ep in range(epochs):
         t0 = time.perf_counter()
         order = rng.permutation(len(xtr))
@@ -167,10 +166,24 @@ def train_torch(net, data, epochs, batch, lr):  # pragma: no cover - needs torch
             loss = rel(model(torch.tensor(xtr[idx], dtype=dt)), torch.tensor(ytr[idx], dtype=dt))
             loss.backward()
             opt.step()
-        times.append(time.perf_counter() - t0)
+        yield time.perf_counter() - t0
     with torch.no_grad():
-        err = float(rel(model(torch.tensor(xte, dtype=dt)), torch.tensor(yte, dtype=dt)))
-    return err, times
+        return float(rel(model(torch.tensor(xte, dtype=dt)), torch.tensor(yte, dtype=dt)))
+
+
+def run_interleaved(trainers):
+    """Run the training generators one epoch each in turn (both see the same machine load); returns
+    {name: (test error, [seconds per epoch])}."""
+    times = {k: [] for k in trainers}
+    res, live = {}, dict(trainers)
+    while live:
+        for k, gen in list(live.items()):
+            try:
+                times[k].append(next(gen))
+            except StopIteration as stop:
+                res[k] = (stop.value, times[k])
+                del live[k]
+    return res
 
 
 def main(argv=None):
@@ -186,22 +199,33 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--torch", action="store_true", help="also train the PyTorch twin (needs torch)")
     ap.add_argument("--no-jit", action="store_true", help="run the training step eagerly")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="CPU threads for both frameworks (Taichi, the BLAS, PyTorch); default: each library's own")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     if args.quick:
         args.grid, args.train, args.test, args.epochs, args.modes, args.width = 32, 16, 8, 1, 6, 8
-    sm.init(dtype=args.dtype, seed=0)
+    if args.threads is not None:
+        from sciml.kernels import blas
+        sm.init(dtype=args.dtype, seed=0, cpu_max_num_threads=args.threads)
+        blas.set_threads(args.threads)
+    else:
+        sm.init(dtype=args.dtype, seed=0)
     u0, uT = burgers_data(args.train + args.test, args.grid)
     data = ((u0[:args.train], uT[:args.train]), (u0[args.train:], uT[args.train:]))
     net = FNO1d(args.modes, args.width, seed=0)
-    res = {}
-    if args.torch:
-        err_t, times_t = train_torch(net, data, args.epochs, args.batch, args.lr)
-        res["torch"] = (err_t, float(np.median(times_t)))
-        print(f"PyTorch: test rel. L2 {err_t:.4f}, {np.median(times_t):.3f} s/epoch (median)")
-    err, times = train_sciml(net, data, args.epochs, args.batch, args.lr, jit=not args.no_jit)
-    res["sciml"] = (err, float(np.median(times)))
-    print(f"sciml:   test rel. L2 {err:.4f}, {np.median(times):.3f} s/epoch (median of {args.epochs})")
+    trainers = {}
+    if args.torch:  # first in each round: its first epoch copies the initial weights before sciml updates them
+        import torch
+        if args.threads is not None:
+            torch.set_num_threads(args.threads)
+        trainers["torch"] = train_torch(net, data, args.epochs, args.batch, args.lr)
+    trainers["sciml"] = train_sciml(net, data, args.epochs, args.batch, args.lr, jit=not args.no_jit)
+    res = {k: (err, float(np.median(t))) for k, (err, t) in run_interleaved(trainers).items()}
+    if "torch" in res:
+        print(f"PyTorch: test rel. L2 {res['torch'][0]:.4f}, {res['torch'][1]:.3f} s/epoch (median of {args.epochs})")
+    print(f"sciml:   test rel. L2 {res['sciml'][0]:.4f}, {res['sciml'][1]:.3f} s/epoch (median of {args.epochs}"
+          + (", epochs interleaved with PyTorch's)" if "torch" in res else ")"))
     return res
 
 

@@ -7,12 +7,15 @@ pytrees with no change, and derivatives are exact because complex arithmetic is 
 The gradient of a real loss with respect to a Complex ``z`` is ``Complex(dL/dRe z, dL/dIm z)`` (PyTorch's
 convention, the steepest-ascent direction; JAX returns its conjugate).
 
-One primitive does the work: the complex DFT along the last axis, forward or inverse. Its forward calls
-scipy.fft on CPU (as GEMM calls BLAS; replayed by ``sm.jit``) and Taichi kernels on devices (radix-2
-Cooley-Tukey for power-of-two lengths, a direct O(n^2) DFT otherwise; ``kernels/fft.py``). The DFT is linear, so its rules are DFTs: the VJP of
-``fft`` is ``n * ifft`` (the adjoint), its JVP is ``fft``. ``rfft`` is a slice of ``fft`` of a real input,
-``irfft`` the real part of ``ifft`` of the Hermitian extension, and the 2-D / n-D transforms apply the 1-D
-ones axis by axis, so all derivatives follow.
+A Complex made by a transform holds its values interleaved (one real Tensor of shape ``shape + (2,)``, numpy's
+complex layout; ``z.packed``) and splits them into ``re`` / ``im`` only when those are asked for, so chains
+of transforms and complex contractions (``rfft`` -> ``einsum`` -> ``irfft``, a spectral layer) move no data
+between them. The primitives (``sciml/_dft.py``): the complex DFT along any axis, the real DFT truncated to its
+lowest frequencies (``rfft(x, modes=m)``) and its inverse, and complex two-operand contractions (``einsum``,
+``matmul``). Their forwards call scipy.fft / numpy on CPU (as GEMM calls BLAS; replayed by ``sm.jit``) and
+Taichi kernels on devices (``kernels/fft.py``: radix-2 Cooley-Tukey for power-of-two lengths, direct sums
+otherwise). Each is linear in each operand and its adjoint is another of them (the VJP of ``fft`` is an
+unnormalised inverse DFT, of ``rfft`` an ``irfft`` with weights), so derivatives of every order follow.
 
 Example:
     >>> x = sm.tensor(np.sin(np.linspace(0, 6.28, 16, endpoint=False)))
@@ -26,26 +29,21 @@ import numbers
 
 import numpy as np
 
-from . import backend
-from .autodiff.ops import concat, getitem, matmul as _matmul, moveaxis, reshape, sqrt, stack
+from . import _dft as D
+from .autodiff.ops import concat, getitem, matmul as _matmul, reshape, sqrt, stack
 from .autodiff.ops import sum as _sum, transpose as _transpose
-from .autodiff.primitive import Primitive
 from .autodiff.pytree import register_pytree_node
 from .autodiff.tensor import Tensor, as_tensor, tensor, zeros
-from .kernels import _common as C
-from .kernels import fft as KF
 
-__all__ = ["Complex", "complex", "real", "imag", "conj", "einsum", "matmul", "fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "rfft2",
-           "irfft2", "fftn", "ifftn", "rfftn", "irfftn", "fftfreq", "rfftfreq", "use_scipy"]
-
-_scipy = {"enabled": None}
+__all__ = ["Complex", "complex", "real", "imag", "conj", "angle", "einsum", "matmul", "fft", "ifft", "rfft", "irfft",
+           "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn", "fftfreq", "rfftfreq", "use_scipy"]
 
 
 def use_scipy(flag=None):
-    """Route CPU FFTs to scipy.fft (None/True: the default on CPU) or to the Taichi DFT kernel (False).
-    Returns the previous setting."""
-    prev = _scipy["enabled"]
-    _scipy["enabled"] = flag
+    """Route CPU FFTs and complex contractions to scipy.fft / numpy (None/True: the default on CPU) or to the
+    Taichi kernels (False). Returns the previous setting."""
+    prev = D._scipy["enabled"]
+    D._scipy["enabled"] = flag
     return prev
 
 
@@ -53,11 +51,13 @@ def use_scipy(flag=None):
 class Complex:
     """A complex array as two real Tensors of one shape and float dtype: ``re + i im``.
 
-    Arithmetic (+, -, *, / with Complex, Tensors or numbers), ``conj``, ``abs``, ``real``, ``imag``,
+    Arithmetic (+, -, *, / with Complex, Tensors or numbers), ``conj``, ``abs``, ``angle``, ``real``, ``imag``,
     ``matmul`` (``@``), ``sum``, ``mean``, ``reshape``, ``transpose``, indexing and ``numpy()`` (a numpy complex
-    array) are provided; build one with :func:`complex` (from parts or a numpy complex array).
+    array) are provided; build one with :func:`complex` (from parts or a numpy complex array). ``packed`` is the
+    interleaved form, a real Tensor of shape ``shape + (2,)`` (made on first use when built from parts; results of
+    transforms hold only it, and make ``re`` / ``im`` on first use).
     """
-    __slots__ = ("re", "im")
+    __slots__ = ("_re", "_im", "_z")
     __array_priority__ = 200
 
     def __init__(self, re, im=None):
@@ -73,23 +73,57 @@ class Complex:
             from .autodiff.ops import broadcast_to
             s = broadcast_shapes("Complex", re.shape, im.shape)
             re, im = broadcast_to(re, s), broadcast_to(im, s)
-        self.re, self.im = re, im
+        self._re, self._im, self._z = re, im, None
+
+    @classmethod
+    def from_packed(cls, z):
+        """A Complex from its interleaved form: a real Tensor of shape ``shape + (2,)``."""
+        z = as_tensor(z)
+        if z.ndim == 0 or z.shape[-1] != 2 or z.dtype not in ("float32", "float64"):
+            raise ValueError(f"Complex.from_packed: got shape {z.shape}, dtype {z.dtype}; expected a float Tensor "
+                             "whose last axis has size 2 (real, imaginary).")
+        c = object.__new__(cls)
+        c._re = c._im = None
+        c._z = z
+        return c
+
+    @property
+    def re(self):
+        if self._re is None:
+            self._re = D.cpart(self._z, which=0)
+        return self._re
+
+    @property
+    def im(self):
+        if self._im is None:
+            self._im = D.cpart(self._z, which=1)
+        return self._im
+
+    @property
+    def packed(self):
+        if self._z is None:
+            self._z = D.cpack(self._re, self._im)
+        return self._z
 
     @property
     def shape(self):
-        return self.re.shape
+        return self._re.shape if self._re is not None else self._z.shape[:-1]
 
     @property
     def ndim(self):
-        return self.re.ndim
+        return len(self.shape)
 
     @property
     def dtype(self):
-        return {"float32": "complex64", "float64": "complex128"}[self.re.dtype]
+        return {"float32": "complex64", "float64": "complex128"}[self._float_dtype]
+
+    @property
+    def _float_dtype(self):
+        return (self._re if self._re is not None else self._z).dtype
 
     @property
     def size(self):
-        return self.re.size
+        return math.prod(self.shape)
 
     @property
     def real(self):
@@ -100,12 +134,17 @@ class Complex:
         return self.im
 
     def numpy(self):
+        if self._z is not None:
+            a = np.ascontiguousarray(self._z.numpy())
+            return a.view(np.complex64 if a.dtype == np.float32 else np.complex128).reshape(self.shape)
         return self.re.numpy() + 1j * self.im.numpy()
 
     def __repr__(self):
         return f"Complex({np.array2string(self.numpy(), precision=6, threshold=20)})"
 
     def conj(self):
+        if self._re is None:
+            return Complex.from_packed(self._z * tensor(np.array([1.0, -1.0]), self._z.dtype))
         return Complex(self.re, -self.im)
 
     def __abs__(self):
@@ -113,7 +152,14 @@ class Complex:
 
     abs = __abs__
 
+    def angle(self):
+        """The argument atan2(im, re), in (-pi, pi] (numpy.angle); its derivative is undefined at 0."""
+        from .autodiff.ops import atan2
+        return atan2(self.im, self.re)
+
     def __neg__(self):
+        if self._re is None:
+            return Complex.from_packed(-self._z)
         return Complex(-self.re, -self.im)
 
     def __add__(self, o):
@@ -131,6 +177,8 @@ class Complex:
 
     def __mul__(self, o):
         if _is_real(o):
+            if self._re is None and not isinstance(o, Tensor):
+                return Complex.from_packed(self._z * o)
             return Complex(self.re * o, self.im * o)
         o = _as_complex(o, self)
         return Complex(self.re * o.re - self.im * o.im, self.re * o.im + self.im * o.re)
@@ -139,6 +187,8 @@ class Complex:
 
     def __truediv__(self, o):
         if _is_real(o):
+            if self._re is None and not isinstance(o, Tensor):
+                return Complex.from_packed(self._z / o)
             return Complex(self.re / o, self.im / o)
         o = _as_complex(o, self)
         d = o.re * o.re + o.im * o.im
@@ -154,14 +204,26 @@ class Complex:
         return matmul(o, self)
 
     def __getitem__(self, idx):
+        if self._re is None:
+            return Complex.from_packed(getitem(self._z, (idx if isinstance(idx, tuple) else (idx,)) + (slice(None),)))
         return Complex(getitem(self.re, idx), getitem(self.im, idx))
 
     def reshape(self, *shape):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        if self._re is None:
+            shape = tuple(int(v) for v in shape)
+            if -1 in shape:
+                known = math.prod(v for v in shape if v != -1)
+                shape = tuple(self.size // max(known, 1) if v == -1 else v for v in shape)
+            return Complex.from_packed(reshape(self._z, shape + (2,)))
         return Complex(reshape(self.re, shape), reshape(self.im, shape))
 
     def transpose(self, *axes):
         axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else (axes or None)
+        if self._re is None:
+            nd = self.ndim
+            axes = tuple(range(nd))[::-1] if axes is None else tuple(int(a) % nd for a in axes)
+            return Complex.from_packed(_transpose(self._z, axes + (nd,)))
         return Complex(_transpose(self.re, axes), _transpose(self.im, axes))
 
     @property
@@ -212,16 +274,31 @@ def conj(z):
     return z.conj() if isinstance(z, Complex) else as_tensor(z)
 
 
+def angle(z):
+    """The argument of ``z`` in radians, in (-pi, pi] (numpy.angle): ``atan2(im, re)``; for a real Tensor 0 or pi.
+    Its derivative is that of atan2 (undefined at 0: NaN there, as in JAX)."""
+    if isinstance(z, Complex):
+        return z.angle()
+    x = as_tensor(z)
+    return Complex(x).angle()
+
+
 def matmul(a, b):
-    """Complex matrix product (three real GEMMs, Gauss's trick would trade accuracy: four are used)."""
+    """Complex matrix product: one complex GEMM when both operands are Complex matrices, else four real ones."""
+    if isinstance(a, Complex) and isinstance(b, Complex) and a.ndim == 2 and b.ndim == 2:
+        if a.shape[1] != b.shape[0]:
+            raise ValueError(f"fft.matmul: shapes {a.shape} and {b.shape} do not align.")
+        return Complex.from_packed(D.ceinsum(a.packed, b.packed, spec="ij,jk->ik", ca=False, cb=False))
     a, b = (a if isinstance(a, Complex) else Complex(as_tensor(a))), (b if isinstance(b, Complex) else
                                                                         Complex(as_tensor(b)))
     return Complex(_matmul(a.re, b.re) - _matmul(a.im, b.im), _matmul(a.re, b.im) + _matmul(a.im, b.re))
 
 
 def einsum(subscripts, *operands):
-    """Einstein summation over Complex (or real) operands, one or two of them (``sm.einsum`` on the real
-    and imaginary parts: a product of two complex operands costs four real einsums)."""
+    """Einstein summation over Complex (or real) operands, one or two of them. Two Complex operands whose
+    subscripts name every index in two of the three terms (a batched complex matrix product, as in spectral
+    layers: ``"bki,kio->bko"``) contract in one primitive (one complex GEMM on CPU); otherwise ``sm.einsum``
+    runs on the real and imaginary parts (a product of two complex operands costs four real einsums)."""
     from .autodiff.ops.array import einsum as _einsum
     if len(operands) == 1:
         z = operands[0] if isinstance(operands[0], Complex) else Complex(as_tensor(operands[0]))
@@ -236,87 +313,36 @@ def einsum(subscripts, *operands):
         return Complex(_einsum(subscripts, a.re, b), _einsum(subscripts, a.im, b))
     if not isinstance(a, Complex):
         return Complex(_einsum(subscripts, a, b.re), _einsum(subscripts, a, b.im))
+    simple = isinstance(subscripts, str) and D.parse_simple(subscripts, a.shape, b.shape)
+    if simple and a._float_dtype == b._float_dtype:
+        spec = f"{simple[0]},{simple[1]}->{simple[2]}"
+        return Complex.from_packed(D.ceinsum(a.packed, b.packed, spec=spec, ca=False, cb=False))
     return Complex(_einsum(subscripts, a.re, b.re) - _einsum(subscripts, a.im, b.im),
                    _einsum(subscripts, a.re, b.im) + _einsum(subscripts, a.im, b.re))
 
 
-# --- the DFT primitive ----------------------------------------------------------------------------------------
-def _dft_forward(re, im, inverse):
-    n = re.shape[-1]
-    rows = re.size // n if n else 0
-    out = backend.empty(2 * re.size, re.dtype)
-    use = _scipy["enabled"]
-    if use is None:
-        use = backend.on_host()
-    if re.size:
-        if use:
-            shapes = re.shape
-
-            def call(rb, ib, ob):
-                import scipy.fft as sf
-                from .linalg import _read, _write
-                z = _read(rb, shapes, re.dtype) + 1j * _read(ib, shapes, re.dtype)
-                r = sf.ifft(z, axis=-1) if inverse else sf.fft(z, axis=-1)
-                _write(ob, np.stack([r.real, r.imag]), re.dtype)
-            C.host_call(call, re._buf, im._buf, out)
-        else:
-            KF.dft(re._buf, im._buf, out, rows, n, inverse, re.dtype)
-    return out, (2,) + re.shape, re.dtype
+# --- transforms ---------------------------------------------------------------------------------------------
+def _take(x, axis, stop):
+    """x[..., :stop, ...] along ``axis``."""
+    return getitem(x, (slice(None),) * axis + (slice(0, stop),))
 
 
-_dft = Primitive("dft", _dft_forward)
+def _zpad(x, axis, n):
+    """x zero-padded to length n along ``axis``."""
+    pad = zeros(x.shape[:axis] + (n - x.shape[axis],) + x.shape[axis + 1:], x.dtype)
+    return concat([x, pad], axis)
 
 
-def _split(p):
-    return getitem(p, 0), getitem(p, 1)
-
-
-@_dft.def_vjp
-def _dft_vjp(g, re, im, out, inverse):
-    n = re.shape[-1]
-    gr, gi = _split(g)
-    a = _dft(gr, gi, inverse=not inverse)  # F^H = n ifft; (F^{-1})^H = fft / n
-    a = a * float(n) if not inverse else a * (1.0 / n)
-    return _split(a)
-
-
-@_dft.def_jvp
-def _dft_jvp(ts, re, im, out, inverse):
-    tr = ts[0] if ts[0] is not None else zeros(re.shape, re.dtype)
-    ti_ = ts[1] if ts[1] is not None else zeros(im.shape, im.dtype)
-    return _dft(tr, ti_, inverse=inverse)
-
-
-@_dft.def_batched_jvp
-def _dft_bjvp(ts, re, im, out, inverse):
-    nb = (ts[0] if ts[0] is not None else ts[1]).shape[0]
-    tr = ts[0] if ts[0] is not None else zeros((nb,) + re.shape, re.dtype)
-    ti_ = ts[1] if ts[1] is not None else zeros((nb,) + im.shape, im.dtype)
-    p = _dft(tr, ti_, inverse=inverse)        # (2, B, ...)
-    return moveaxis(p, 0, 1)
-
-
-def _on_axis(z, axis, fn):
-    axis = int(axis) % z.ndim
-    if axis == z.ndim - 1:
-        return fn(z)
-    zt = Complex(moveaxis(z.re, axis, -1), moveaxis(z.im, axis, -1))
-    r = fn(zt)
-    return Complex(moveaxis(r.re, -1, axis), moveaxis(r.im, -1, axis))
-
-
-def _resize(z, n):
-    """Crop or zero-pad the last axis to n (numpy's ``n`` argument)."""
-    m = z.shape[-1]
+def _resize(x, axis, n):
+    """Crop or zero-pad ``axis`` to n (numpy's ``n`` argument); x real, or packed complex (axis < ndim - 1)."""
+    m = x.shape[axis]
     if n == m:
-        return z
-    if n < m:
-        return z[..., :n]
-    pad = zeros(z.shape[:-1] + (n - m,), z.re.dtype)
-    return Complex(concat([z.re, pad], -1), concat([z.im, pad], -1))
+        return x
+    return _take(x, axis, n) if n < m else _zpad(x, axis, n)
 
 
 def _norm_scale(norm, n, inverse):
+    """The factor numpy's ``norm`` puts on top of the usual 1 (forward) or 1/n (inverse)."""
     if norm in (None, "backward"):
         return 1.0
     if norm == "ortho":
@@ -328,9 +354,14 @@ def _norm_scale(norm, n, inverse):
 
 def _complex_in(name, x):
     if isinstance(x, Complex):
+        if x.ndim == 0:
+            raise ValueError(f"fft.{name}: x is 0-d; expected at least one axis.")
         return x
     if isinstance(x, np.ndarray) and np.iscomplexobj(x):
-        return complex(x)
+        x = complex(x)
+        if x.ndim == 0:
+            raise ValueError(f"fft.{name}: x is 0-d; expected at least one axis.")
+        return x
     x = as_tensor(x)
     if x.dtype not in ("float32", "float64"):
         from .runtime import default_dtype
@@ -340,18 +371,26 @@ def _complex_in(name, x):
     return Complex(x)
 
 
+def _check_n(name, n, what="n"):
+    if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1):
+        raise ValueError(f"fft.{name}: {what}={n!r}; expected a positive int.")
+
+
+def _axis(name, axis, ndim):
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral) or not -ndim <= axis < ndim:
+        raise ValueError(f"fft.{name}: axis={axis!r} is out of range for an array with {ndim} axes.")
+    return int(axis) % ndim
+
+
 def _c1(name, x, n, axis, norm, inverse):
     z = _complex_in(name, x)
-    if n is not None and (not isinstance(n, numbers.Integral) or n < 1):
-        raise ValueError(f"fft.{name}: n={n!r}; expected a positive int.")
-
-    def f(zz):
-        zz = _resize(zz, int(n) if n is not None else zz.shape[-1])
-        p = _dft(zz.re, zz.im, inverse=inverse)
-        r = Complex(*_split(p))
-        s = _norm_scale(norm, zz.shape[-1], inverse)
-        return r if s == 1.0 else r * s
-    return _on_axis(z, axis, f)
+    _check_n(name, n)
+    axis = _axis(name, axis, z.ndim)
+    p = z.packed
+    nn = int(n) if n is not None else p.shape[axis]
+    p = _resize(p, axis, nn)
+    s = _norm_scale(norm, nn, inverse) / (nn if inverse else 1)
+    return Complex.from_packed(D.dft(p, axis=axis, inverse=inverse, scale=s))
 
 
 def fft(x, n=None, axis=-1, norm=None):
@@ -364,45 +403,42 @@ def ifft(x, n=None, axis=-1, norm=None):
     return _c1("ifft", x, n, axis, norm, True)
 
 
-def rfft(x, n=None, axis=-1, norm=None):
-    """DFT of a real signal: the n//2 + 1 non-negative frequencies (numpy.fft.rfft)."""
+def rfft(x, n=None, axis=-1, norm=None, *, modes=None):
+    """DFT of a real signal: the n//2 + 1 non-negative frequencies (numpy.fft.rfft).
+
+    ``modes`` (a sciml extension) keeps only the lowest ``modes`` of them, ``rfft(x)[..., :modes]`` along
+    ``axis``, without computing or storing the rest (the truncation of Fourier neural operators)."""
     if isinstance(x, Complex) or (isinstance(x, np.ndarray) and np.iscomplexobj(x)):
         raise TypeError("fft.rfft: x is complex; expected a real Tensor (use fft).")
     x = as_tensor(x)
+    if x.dtype not in ("float32", "float64"):
+        from .runtime import default_dtype
+        x = x.astype(default_dtype())
     if x.ndim == 0:
         raise ValueError("fft.rfft: x is 0-d; expected at least one axis.")
-    axis = int(axis) % max(x.ndim, 1)
+    _check_n("rfft", n)
+    _check_n("rfft", modes, "modes")
+    axis = _axis("rfft", axis, x.ndim)
     nn = int(n) if n is not None else x.shape[axis]
-    z = fft(x, nn, axis, norm)
-    idx = (slice(None),) * axis + (slice(0, nn // 2 + 1),)
-    return z[idx]
+    x = _resize(x, axis, nn)
+    m = nn // 2 + 1 if modes is None else min(int(modes), nn // 2 + 1)
+    return Complex.from_packed(D.rdft(x, axis=axis, m=m, adj=False, scale=_norm_scale(norm, nn, False)))
 
 
 def irfft(x, n=None, axis=-1, norm=None):
-    """Inverse of rfft: a real signal of length ``n`` (default 2 (m - 1)) from m non-negative frequencies."""
+    """Inverse of rfft: a real signal of length ``n`` (default 2 (m - 1)) from m non-negative frequencies
+    (fewer than n//2 + 1 count as zero-padded, as in numpy)."""
     z = _complex_in("irfft", x)
-    axis = int(axis) % z.ndim
+    _check_n("irfft", n)
+    axis = _axis("irfft", axis, z.ndim)
     m = z.shape[axis]
     nn = int(n) if n is not None else 2 * (m - 1)
     if nn < 1:
         raise ValueError(f"fft.irfft: output length {nn}; expected >= 1 (pass n=).")
-
-    def f(zz):
-        k = nn // 2 + 1
-        zz = _resize(zz, k)                       # numpy crops or zero-pads the input to n//2 + 1
-        tail = nn - k                             # Z_{n-j} = conj(Z_j) for j = 1..tail
-        if tail > 0:
-            mirror = zz[..., 1:tail + 1]
-            mre = getitem(mirror.re, (Ellipsis, slice(None, None, -1)))
-            mim = getitem(mirror.im, (Ellipsis, slice(None, None, -1)))
-            full = Complex(concat([zz.re, mre], -1), concat([zz.im, -mim], -1))
-        else:
-            full = zz
-        p = _dft(full.re, full.im, inverse=True)
-        re = getitem(p, 0)
-        s = _norm_scale(norm, nn, True)
-        return Complex(re if s == 1.0 else re * s)
-    return _on_axis(z, axis, f).re
+    p = z.packed
+    if m > nn // 2 + 1:
+        p = _take(p, axis, nn // 2 + 1)
+    return D.irdft(p, axis=axis, n=nn, adj=False, scale=_norm_scale(norm, nn, True))
 
 
 def _axes(name, x, axes, s):

@@ -522,17 +522,47 @@ def _qr_vjp(g, a, out):
     return (concat([gx, matmul(q, gv)], -1),)
 
 
-def qr(a, mode="reduced"):
-    """Reduced QR decomposition a = q r of (..., m, n) matrices: q (..., m, k), r (..., k, n), k = min(m, n).
+_NO_COMPLETE_DERIV = ("{what} of a non-square matrix (shape {shape}) has no derivative: its extra {vecs} span "
+                      "the orthogonal complement and are not unique (PyTorch and JAX refuse it too). Differentiate "
+                      "{alt} instead.")
 
-    Only ``mode='reduced'`` (numpy's default) and ``'r'`` are offered. Derivatives follow LAPACK's sign
-    convention and are defined for full-rank a.
+
+def _qr_complete_forward(a):
+    m, n = a.shape[-2:]
+
+    def f(x):
+        q, r = np.linalg.qr(x, mode="complete")
+        lead = x.shape[:-2]
+        return np.concatenate([q.reshape(lead + (m * m,)), r.reshape(lead + (m * n,))], -1)
+    lead = a.shape[:-2]
+    return _host(f, [a], math.prod(lead) * (m * m + m * n), a.dtype), lead + (m * m + m * n,), a.dtype
+
+
+_qr_complete = Primitive("qr_complete", _qr_complete_forward)
+
+
+@_qr_complete.def_vjp
+def _qr_complete_vjp(g, a, out):
+    raise NotImplementedError(_NO_COMPLETE_DERIV.format(what="qr(mode='complete')", shape=a.shape,
+                                                        vecs="columns of q", alt="qr(mode='reduced')"))
+
+
+def qr(a, mode="reduced"):
+    """QR decomposition a = q r of (..., m, n) matrices (numpy.linalg.qr), k = min(m, n).
+
+    Modes: ``'reduced'`` (numpy's default): q (..., m, k), r (..., k, n); ``'complete'``: q (..., m, m),
+    r (..., m, n); ``'r'``: r of the reduced form. Derivatives follow LAPACK's sign convention and are
+    defined for full-rank a; ``'complete'`` with m > n has none (its last m - n columns of q are not unique:
+    a clear error when differentiated, as in PyTorch and JAX); for m <= n it is the reduced form.
     """
-    if mode not in ("reduced", "r"):
-        raise ValueError(f"qr: mode={mode!r}; expected 'reduced' or 'r' (complete QR is not offered).")
+    if mode not in ("reduced", "r", "complete"):
+        raise ValueError(f"qr: mode={mode!r}; expected 'reduced', 'complete' or 'r'.")
     a = _float_matrix("qr", "a", a)
     m, n = a.shape[-2:]
     k = min(m, n)
+    if mode == "complete" and m > n:
+        p = _qr_complete(a)
+        return _last(p, 0, m * m, (m, m)), _last(p, m * m, m * m + m * n, (m, n))
     p = _qr(a)
     r = _last(p, m * k, m * k + k * n, (k, n))
     return r if mode == "r" else (_last(p, 0, m * k, (m, k)), r)
@@ -592,22 +622,47 @@ def _svd_parts(p, m, n, k):
             _last(p, m * k + k, m * k + k + k * n, (k, n)))
 
 
+def _svd_full_forward(a):
+    m, n = a.shape[-2:]
+
+    def f(x):
+        u, _, vt = _per_matrix(lambda y: np.linalg.svd(y, full_matrices=True), x)
+        lead = x.shape[:-2]
+        return np.concatenate([u.reshape(lead + (m * m,)), vt.reshape(lead + (n * n,))], -1)
+    lead = a.shape[:-2]
+    return _host(f, [a], math.prod(lead) * (m * m + n * n), a.dtype), lead + (m * m + n * n,), a.dtype
+
+
+_svd_full = Primitive("svd_full", _svd_full_forward)  # (u (m, m), vh (n, n)); s comes from _svd
+
+
+@_svd_full.def_vjp
+def _svd_full_vjp(g, a, out):
+    raise NotImplementedError(_NO_COMPLETE_DERIV.format(
+        what="svd(full_matrices=True)", shape=a.shape, vecs="singular vectors",
+        alt="svd(full_matrices=False) (or only s: svd(a, compute_uv=False))"))
+
+
 def svd(a, full_matrices=True, compute_uv=True):
     """Singular value decomposition a = u diag(s) vh of (..., m, n) matrices (numpy.linalg.svd).
 
     Args:
-        full_matrices: as numpy; for non-square a only ``False`` is offered (u (m, k), vh (k, n)).
+        full_matrices: as numpy: True gives u (..., m, m), vh (..., n, n); False u (..., m, k), vh (..., k, n),
+            k = min(m, n).
         compute_uv: False returns s only.
     Returns:
         (u, s, vh) or s; s descending. Derivatives need distinct non-zero singular values (of u, vh:
-        functions that do not depend on the signs of singular-vector pairs).
+        functions that do not depend on the signs of singular-vector pairs). For a non-square a with
+        ``full_matrices=True``, u and vh have no derivative (their extra columns / rows are not unique: a clear
+        error when differentiated, as in PyTorch and JAX); s keeps its derivative.
     """
     a = _float_matrix("svd", "a", a)
     m, n = a.shape[-2:]
     k = min(m, n)
     if full_matrices and m != n and compute_uv:
-        raise NotImplementedError(f"svd: full_matrices=True for a non-square a of shape {a.shape} is not "
-                                  "offered; pass full_matrices=False (u (..., m, k), vh (..., k, n)).")
+        s = _svd_parts(_svd(a), m, n, k)[1]
+        p = _svd_full(a)
+        return _last(p, 0, m * m, (m, m)), s, _last(p, m * m, m * m + n * n, (n, n))
     u, s, vt = _svd_parts(_svd(a), m, n, k)
     return (u, s, vt) if compute_uv else s
 

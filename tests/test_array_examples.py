@@ -43,7 +43,7 @@ def test_fno_spectral_layer_matches_numpy():
     layer = mod.SpectralConv1d(3, 4, rng)
     v = rng.standard_normal((2, 10, 3))
     got = layer(sm.tensor(v)).numpy()
-    w = layer.wr.numpy() + 1j * layer.wi.numpy()
+    w = layer.w.numpy()[..., 0] + 1j * layer.w.numpy()[..., 1]
     vh = np.fft.rfft(v, axis=1)[:, :4]
     out = np.zeros((2, 6, 3), complex)
     out[:, :4] = np.einsum("bki,kio->bko", vh, w)

@@ -172,8 +172,12 @@ def test_errors_name_the_argument():
         LA.inv(t(np.ones(3)))
     with pytest.raises(TypeError, match="one float dtype"):
         LA.solve(t(A), sm.tensor(B, "float32"))
-    with pytest.raises(NotImplementedError, match="full_matrices=False"):
-        LA.svd(t(TALL))
+    with pytest.raises(NotImplementedError, match="no derivative.*svd\\(full_matrices=False\\)"):
+        sm.grad(lambda a: LA.svd(a)[0].sum())(t(TALL))
+    with pytest.raises(NotImplementedError, match="no derivative.*qr\\(mode='reduced'\\)"):
+        sm.grad(lambda a: LA.qr(a, mode="complete")[1].sum())(t(TALL))
+    with pytest.raises(ValueError, match="mode='bogus'"):
+        LA.qr(t(TALL), mode="bogus")
     with pytest.raises(ValueError, match="not a matrix norm"):
         LA.norm(t(A[0]), "bogus")
 
@@ -190,3 +194,32 @@ def test_on_vulkan():
     r = subprocess.run([sys.executable, os.path.join(HERE, "arrays_vulkan_check.py")], capture_output=True,
                        text=True, env=env, timeout=600)
     assert r.returncode == 0 and "OK vulkan" in r.stdout, (r.stdout + r.stderr)[-4000:]
+
+
+def test_complete_qr_and_full_svd_of_non_square_matrices():
+    """numpy's complete forms: values (q orthogonal, a = q r; u, vh orthogonal, a = u s vh), the derivative of s
+    through svd(full_matrices=True), complete == reduced QR (with derivatives) for wide a, vmap == loop."""
+    for a in (TALL, WIDE):
+        q, r = LA.qr(t(a), mode="complete")
+        qn, rn = np.linalg.qr(a, mode="complete")
+        np.testing.assert_allclose(np.abs(q.numpy()), np.abs(qn), atol=1e-12)
+        np.testing.assert_allclose(q.numpy() @ r.numpy(), a, atol=1e-12)
+        u, s, vh = LA.svd(t(a))
+        un, sn, vhn = np.linalg.svd(a)
+        assert u.shape == un.shape and vh.shape == vhn.shape
+        np.testing.assert_allclose(s.numpy(), sn, atol=1e-12)
+        m, n = a.shape[-2:]
+        eye = np.eye(m)
+        utu = np.swapaxes(u.numpy(), -1, -2) @ u.numpy()
+        np.testing.assert_allclose(utu, np.broadcast_to(eye, u.shape), atol=1e-12)
+        smat = np.zeros(a.shape)
+        k = min(m, n)
+        smat[..., np.arange(k), np.arange(k)] = sn
+        np.testing.assert_allclose(u.numpy() @ smat @ vh.numpy(), a, atol=1e-12)
+    g = sm.grad(lambda x: LA.svd(x)[1].sum())(t(TALL)).numpy()
+    g_ref = sm.grad(lambda x: LA.svd(x, full_matrices=False)[1].sum())(t(TALL)).numpy()
+    np.testing.assert_allclose(g, g_ref, atol=1e-12)
+    check_grads(lambda x: LA.qr(x, mode="complete")[1], (t(WIDE[0]),), order=2)
+    v = sm.vmap(lambda x: LA.qr(x, mode="complete")[1])(t(TALL))
+    np.testing.assert_allclose(v.numpy(), np.stack([LA.qr(t(x), mode="complete")[1].numpy() for x in TALL]),
+                               atol=1e-12)

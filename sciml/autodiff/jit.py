@@ -56,6 +56,9 @@ class ConcretizationError(JitError):
 
 
 _LOCK = runtime.LAUNCH_LOCK
+# eager hook: while set (by sciml.autodiff.vmap while a vmap runs), ``hook(args, kwargs)`` returning True makes a
+# jitted function run eagerly for that call (batched Tensors would be traced at their per-example shapes)
+EAGER_HOOK: list = [None]
 
 
 def _thread_local_autodiff_state():
@@ -445,6 +448,10 @@ class Jitted:
         return [dyn_args, dyn_kw], tuple(skey), rebuild
 
     def __call__(self, *args, **kwargs):
+        h = EAGER_HOOK[0]
+        if h is not None and h(args, kwargs):
+            self.stats["eager"] += 1
+            return self.fn(*args, **kwargs)
         tree, skey, rebuild = self._split(args, kwargs)
         leaves, tdef = flatten(tree)
         tleaves, key = [], []

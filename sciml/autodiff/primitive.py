@@ -18,6 +18,9 @@ import itertools
 _state = {"grad_enabled": True, "reverse_depth": 0, "create_graph": False, "tangent_only": False}
 _level_counter = itertools.count(1)
 _batched_levels: dict = {}  # level -> [B, elements produced per batch column] (see batched_jvp)
+# dispatch hook: while set (by sciml.autodiff.vmap while a vmap runs), every primitive call goes to
+# ``hook(prim, inputs, params)`` instead of :func:`apply` (it routes batched inputs to their batching rule)
+CALL_HOOK: list = [None]
 
 
 class Node:
@@ -100,6 +103,9 @@ class Primitive:
         return f"Primitive({self.name})"
 
     def __call__(self, *inputs, **params):
+        h = CALL_HOOK[0]
+        if h is not None:
+            return h(self, inputs, params)
         return apply(self, inputs, params)
 
 

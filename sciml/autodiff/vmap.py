@@ -21,11 +21,11 @@ Batching rules (see :data:`RULES`):
 Limits: reading values inside ``f`` (``float(t)``, ``t.numpy()``) sees the first example only (as JAX, it
 should not be done); batched Tensors must not share a buffer with Tensors closed over by ``f``.
 
-Hook: sciml.autodiff.primitive has no dispatch hook, so while a vmap runs, ``Primitive.__call__`` is
-replaced by one that routes batched inputs here (restored when the outermost vmap returns). VJP rules that
-launch raw kernels on their operands' shapes when nothing is recorded (``ops/conv.py``'s ``_recorded``
-switch) are told to take their composed path meanwhile, and ``sm.jit`` functions called on batched Tensors
-run eagerly (``vmap(jit(f))`` = ``vmap(f)``; ``jit(vmap(f))`` is the compiled form).
+Hooks: while a vmap runs, ``primitive.CALL_HOOK`` routes every primitive call here (batched inputs go to
+their batching rule, others to ``primitive.apply``) and ``jit.EAGER_HOOK`` makes ``sm.jit`` functions called on
+batched Tensors run eagerly (``vmap(jit(f))`` = ``vmap(f)``; ``jit(vmap(f))`` is the compiled form); both are
+cleared when the outermost vmap returns. VJP rules that launch raw kernels on their operands' shapes when
+nothing is recorded (``ops/conv.py``'s ``_recorded`` switch) are told to take their composed path meanwhile.
 """
 from __future__ import annotations
 
@@ -43,7 +43,6 @@ _suspended: set = set()  # levels whose batching rule is running (hidden from th
 _registered: dict = {}  # level -> [ids of buffers marked at it]
 _level_ids = itertools.count(1)
 _fallback_seen: set = set()
-_orig_call = P.Primitive.__call__
 
 
 def loop_fallback_primitives():
@@ -67,7 +66,7 @@ def _mark(buf, lv, nb):
         _registered[lv].append(id(buf))
 
 
-def _hooked_call(self, *inputs, **params):
+def _hooked_call(self, inputs, params):
     lv, nb = None, None
     for x in inputs:
         ls = _levels_of(x)
@@ -234,12 +233,12 @@ RULES = {
     "sum": _rule_axis, "max": _rule_axis, "min": _rule_axis,
     "matmul": _rule_matmul, "matmul2": _rule_mm2,
     "cholesky": _rule_leading_batch, "solve": _rule_leading_batch, "triangular_solve": _rule_leading_batch,
-    "qr": _rule_unary, "svd": _rule_unary, "eigh": _rule_unary, "slogdet": _rule_unary, "pinv": _rule_unary,
+    "qr": _rule_unary, "svd": _rule_unary, "qr_complete": _rule_unary, "svd_full": _rule_unary,
+    "eigh": _rule_unary, "slogdet": _rule_unary, "pinv": _rule_unary,
     "cumsum": _rule_rows, "cumprod": _rule_rows, "prod": _rule_rows, "argsort": _rule_rows, "argext": _rule_rows,
-    "dft": lambda prim, xs, flags, params, nb: prim(*_bcast_all(xs, flags, nb), **params).transpose(
-        (1, 0) + tuple(range(2, xs[0].ndim + 1))),
     "bias_act": lambda prim, xs, flags, params, nb: prim(*xs, **params) if not flags[1] else
     _rule_loop(prim, xs, flags, params, nb),
+    # sciml/_dft.py adds the rules of the FFT primitives (dft, rdft, irdft, ceinsum, cpack, cpart)
     "concat": lambda prim, xs, flags, params, nb: prim(*_bcast_all(xs, flags, nb), axis=params["axis"] + 1),
 }
 
@@ -297,35 +296,30 @@ def batched_at_any_level(x) -> bool:
 _saved: dict = {}
 
 
+def _jit_eager(args, kwargs):
+    return any(batched_at_any_level(x) for x in flatten([list(args), kwargs])[0])
+
+
 def _install():
-    if P.Primitive.__call__ is not _hooked_call:
-        P.Primitive.__call__ = _hooked_call
+    from .jit import EAGER_HOOK  # (the package's name ``jit`` is the function)
+    if P.CALL_HOOK[0] is not _hooked_call:
+        P.CALL_HOOK[0] = _hooked_call
+        EAGER_HOOK[0] = _jit_eager
         # rules that bypass primitives when nothing records them (raw kernels on logical shapes) must take
         # their composed path inside vmap: conv.py's bias_act / softmax_cross_entropy VJPs
         from .ops import conv
         _saved["conv._recorded"] = conv._recorded
         conv._recorded = lambda *ts: True
-        # a jitted function called on batched Tensors would trace their per-example shapes: run it eagerly
-        from .jit import Jitted
-        orig_jit = _saved["Jitted.__call__"] = Jitted.__call__
-
-        def jit_call(self, *args):
-            if any(batched_at_any_level(x) for x in flatten(list(args))[0]):
-                self.stats["eager"] += 1
-                return self.fn(*args)
-            return orig_jit(self, *args)
-        Jitted.__call__ = jit_call
 
 
 def _uninstall():
     if not _active:
-        P.Primitive.__call__ = _orig_call
+        from .jit import EAGER_HOOK
+        P.CALL_HOOK[0] = None
+        EAGER_HOOK[0] = None
         if "conv._recorded" in _saved:
             from .ops import conv
             conv._recorded = _saved.pop("conv._recorded")
-        if "Jitted.__call__" in _saved:
-            from .jit import Jitted
-            Jitted.__call__ = _saved.pop("Jitted.__call__")
 
 
 def vmap(f, in_axes=0, out_axes=0, axis_size=None):

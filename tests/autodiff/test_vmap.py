@@ -163,7 +163,28 @@ def test_errors():
         sm.vmap(lambda a, b: a, in_axes=(0,))(x, x)
     with pytest.raises(ValueError, match="axis_size"):
         sm.vmap(lambda a: a, in_axes=None)(x)
-    assert P.Primitive.__call__.__name__ == "__call__"  # the hook is gone after (and despite) errors
+    with pytest.raises(ZeroDivisionError):
+        sm.vmap(lambda a: a * (1 / 0))(x)
+    import importlib
+    J = importlib.import_module("sciml.autodiff.jit")
+    assert P.CALL_HOOK[0] is None and J.EAGER_HOOK[0] is None  # the hooks are gone after (and despite) errors
+
+
+def test_hooks_route_only_while_vmap_runs():
+    """primitive.CALL_HOOK and jit.EAGER_HOOK are set during a vmap and cleared after; a jitted function
+    called on batched Tensors inside vmap runs eagerly (with keyword arguments too)."""
+    import importlib
+    J = importlib.import_module("sciml.autodiff.jit")
+    seen = []
+    f = sm.jit(lambda a, scale=1.0: a * scale)
+
+    def g(a):
+        seen.append((P.CALL_HOOK[0] is not None, J.EAGER_HOOK[0] is not None))
+        return f(a, scale=t(2.0))
+    out = sm.vmap(g)(t(np.arange(6.0).reshape(B, -1) if 6 % B == 0 else np.ones((B, 2))))
+    assert seen == [(True, True)] and f.stats["eager"] == 1 and f.stats["traces"] == 0
+    assert P.CALL_HOOK[0] is None and J.EAGER_HOOK[0] is None
+    np.testing.assert_allclose(out.numpy(), 2 * (np.arange(6.0).reshape(B, -1) if 6 % B == 0 else np.ones((B, 2))))
 
 
 def test_random_draws_over_a_batch_of_keys():
