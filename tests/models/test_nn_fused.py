@@ -123,9 +123,9 @@ def threefry_ref(k0, k1, c0, c1):
 def dropout_mask_ref(seed, counter, n, p):
     s = seed % (1 << 64)
     k0, k1 = s >> 32, s & M32
-    thr = round(p * (1 << 24))
-    bits = [w for j in range((n + 1) // 2) for w in threefry_ref(k0, k1, counter, j)][:n]
-    return np.array([1 / (1 - p) if (b >> 8) >= thr else 0.0 for b in bits])
+    thr = round(p * (1 << 16))
+    bits = [h for j in range((n + 3) // 4) for w in threefry_ref(k0, k1, counter, j) for h in (w & 0xFFFF, w >> 16)]
+    return np.array([1 / (1 - p) if b >= thr else 0.0 for b in bits[:n]])
 
 
 def test_dropout_masks_follow_the_threefry_stream():
