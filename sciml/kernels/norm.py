@@ -1,4 +1,4 @@
-"""Fused batch normalisation in training mode (Taichi; flat buffers in/out).
+"""Fused batch normalisation in training mode and layer normalisation (Taichi; flat buffers in/out).
 
 x is (N, C, S) row-major (S = the product of the spatial sizes, 1 for (N, C) inputs). One iteration per
 channel: the forward computes the batch mean and biased variance (two passes), writes
@@ -6,6 +6,8 @@ channel: the forward computes the batch mean and biased variance (two passes), w
 (``running = (1 - momentum) running + momentum * stat``, the variance unbiased by m / (m - 1)); the
 backward computes ``sum g`` and ``sum g xhat`` and writes
 ``gx = w / sqrt(var + eps) * (g - sum g / m - xhat sum(g xhat) / m)``, ``gw = sum g xhat``, ``gb = sum g``.
+LayerNorm: the same per row of D values (x (R, D)), the affine per column; its backward accumulates the column
+sums of ``g xhat`` and ``g`` (atomic adds when the row loop runs in parallel).
 """
 from . import _common as C
 from .. import backend
@@ -97,3 +99,74 @@ def batch_norm_bwd(x, g, w, mean, var, gx, gw, gb, N: int, Cc: int, S: int, eps:
     serial = _serial(N * Cc * S) or Cc < 4
     C.cached(("bn_bwd", dtype, serial, with_x), lambda: _build_bwd(dtype, serial, with_x))(
         x, g, w, mean, var, gx, gw, gb, N, Cc, S, eps)
+
+
+# --- LayerNorm: rows of D values (x (R, D) row-major), affine w, b (D,) ------------------------------------
+def _build_ln_fwd(dtype, serial):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(x: A, w: A, b: A, y: A, mean: A, rstd: A, R: ti.i32, D: ti.i32, eps: T):
+        ti.loop_config(serialize=serial)
+        for r in range(R):
+            o = r * D
+            s = ti.cast(0, T)
+            for j in range(D):
+                s += x[o + j]
+            mu = s / D
+            v = ti.cast(0, T)
+            for j in range(D):
+                d = x[o + j] - mu
+                v += d * d
+            rs = 1 / ti.sqrt(v / D + eps)
+            for j in range(D):
+                y[o + j] = (x[o + j] - mu) * rs * w[j] + b[j]
+            mean[r] = mu
+            rstd[r] = rs
+    return k
+
+
+def _build_ln_bwd(dtype, serial, with_x):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(x: A, g: A, w: A, mean: A, rstd: A, gx: A, gw: A, gb: A, R: ti.i32, D: ti.i32):
+        ti.loop_config(serialize=True)
+        for j in range(D):
+            gw[j] = ti.cast(0, T)
+            gb[j] = ti.cast(0, T)
+        ti.loop_config(serialize=serial)
+        for r in range(R):  # parallel: the column sums gw, gb are atomic adds
+            o = r * D
+            mu = mean[r]
+            rs = rstd[r]
+            s1 = ti.cast(0, T)
+            s2 = ti.cast(0, T)
+            for j in range(D):
+                xh = (x[o + j] - mu) * rs
+                gv = g[o + j]
+                gw[j] += gv * xh
+                gb[j] += gv
+                gh = gv * w[j]
+                s1 += gh
+                s2 += gh * xh
+            if ti.static(with_x):
+                for j in range(D):
+                    xh = (x[o + j] - mu) * rs
+                    gx[o + j] = rs * (g[o + j] * w[j] - s1 / D - xh * s2 / D)
+    return k
+
+
+def layer_norm_fwd(x, w, b, y, mean, rstd, R: int, D: int, eps: float, dtype: str):
+    serial = _serial(R * D) or R < 4
+    C.cached(("ln_fwd", dtype, serial), lambda: _build_ln_fwd(dtype, serial))(x, w, b, y, mean, rstd, R, D, eps)
+
+
+def layer_norm_bwd(x, g, w, mean, rstd, gx, gw, gb, R: int, D: int, dtype: str, with_x: bool = True):
+    serial = _serial(R * D) or R < 4
+    C.cached(("ln_bwd", dtype, serial, with_x), lambda: _build_ln_bwd(dtype, serial, with_x))(
+        x, g, w, mean, rstd, gx, gw, gb, R, D)

@@ -123,9 +123,9 @@ def threefry_ref(k0, k1, c0, c1):
 def dropout_mask_ref(seed, counter, n, p):
     s = seed % (1 << 64)
     k0, k1 = s >> 32, s & M32
-    thr = round(p * (1 << 24))
-    bits = [w for j in range((n + 1) // 2) for w in threefry_ref(k0, k1, counter, j)][:n]
-    return np.array([1 / (1 - p) if (b >> 8) >= thr else 0.0 for b in bits])
+    thr = round(p * (1 << 16))
+    bits = [h for j in range((n + 3) // 4) for w in threefry_ref(k0, k1, counter, j) for h in (w & 0xFFFF, w >> 16)]
+    return np.array([1 / (1 - p) if b >= thr else 0.0 for b in bits[:n]])
 
 
 def test_dropout_masks_follow_the_threefry_stream():
@@ -276,3 +276,36 @@ def test_lstm_float32_vector_cells_equal_scalar_cells():
     for a, b in zip(*res):
         assert a.dtype == np.float32
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# --- LayerNorm: one fused kernel forward, one backward -------------------------------------------------
+def test_layer_norm_fused_derivatives_to_second_order_and_equal_composed():
+    from sciml.models._norm_fused import layer_norm, layer_norm_composed
+    x, w, b = sm.tensor(R.normal(size=(3, 2, 4))), sm.tensor(R.normal(size=(2, 4))), sm.tensor(R.normal(size=(2, 4)))
+    check_grads(lambda x, w, b: layer_norm(x, w, b, 1e-3), (x, w, b), order=2)
+    u = sm.tensor(R.normal(size=x.shape))
+    np.testing.assert_allclose(layer_norm(x, w, b).numpy(), layer_norm_composed(x, w, b, 1e-5).numpy(), rtol=1e-13,
+                               atol=1e-14)
+    got = sm.vjp(lambda x, w, b: layer_norm(x, w, b), x, w, b)[1](u)
+    want = sm.vjp(lambda x, w, b: layer_norm_composed(x, w, b, 1e-5), x, w, b)[1](u)
+    for a, c in zip(got, want):
+        np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-12, atol=1e-13)
+
+
+def test_layer_norm_matches_torch():
+    torch = pytest.importorskip("torch")
+    from sciml.models import LayerNorm
+    tl, m = torch.nn.LayerNorm(6).double(), LayerNorm(6)
+    with torch.no_grad():
+        tl.weight.copy_(torch.tensor(R.normal(size=6)))
+        tl.bias.copy_(torch.tensor(R.normal(size=6)))
+    m.load_state_dict({k: v.numpy() for k, v in tl.state_dict().items()})
+    x, gy = R.normal(size=(4, 5, 6)), R.normal(size=(4, 5, 6))
+    xt = torch.tensor(x, requires_grad=True)
+    yt = tl(xt)
+    (yt * torch.tensor(gy)).sum().backward()
+    gp, gx = sm.grad(lambda p, x: (m.apply(p, x) * sm.tensor(gy)).sum(), argnums=(0, 1))(m.params(), sm.tensor(x))
+    np.testing.assert_allclose(m(sm.tensor(x)).numpy(), yt.detach().numpy(), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(gx.numpy(), xt.grad.numpy(), rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(gp["weight"].numpy(), tl.weight.grad.numpy(), rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(gp["bias"].numpy(), tl.bias.grad.numpy(), rtol=1e-11, atol=1e-12)

@@ -126,4 +126,4 @@ def test_torch_state_dict_converter_with_torch():
     net.load_state_dict(from_torch_state_dict(tnet.state_dict(), net))
     x = np.random.default_rng(0).standard_normal((5, 3))
     ref = tnet(torch.tensor(x, dtype=torch.float32)).detach().numpy()
-    np.testing.assert_allclose(net(sm.tensor(x, "float32")).numpy(), ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(net(sm.tensor(x)).numpy(), ref, rtol=1e-5, atol=1e-6)

@@ -1,6 +1,7 @@
 """Vulkan pass over the fused NN kernels (run in its own process by test_nn_fused.py): the LSTM time loop
 forward and backward against a numpy reference; Dropout masks equal to the plain-Python Threefry stream;
-fused BatchNorm forward/backward and the conv epilogue vs numpy. Exits non-zero naming the failing check."""
+fused BatchNorm, LayerNorm (forward/backward) and the conv epilogue vs numpy. Exits non-zero naming the failing
+check."""
 import os
 import sys
 
@@ -112,6 +113,17 @@ def main():
         sm.tensor(u.astype(f)))
     check("conv_epilogue backward y", gy, u.transpose(0, 2, 3, 1).reshape(-1, 5))
     check("conv_epilogue backward b", gbb, u.sum((0, 2, 3)))
+    from sciml.models._norm_fused import layer_norm
+    x, w, b, gy = R.normal(size=(5, 8)), R.normal(size=8), R.normal(size=8), R.normal(size=(5, 8))
+    xh = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
+    check("layer_norm forward", layer_norm(*(sm.tensor(a.astype(f)) for a in (x, w, b))), xh * w + b)
+    gx, gw, gbn = sm.vjp(layer_norm, *(sm.tensor(a.astype(f)) for a in (x, w, b)))[1](sm.tensor(gy.astype(f)))
+    gh = gy * w
+    rs = 1 / np.sqrt(x.var(1, keepdims=True) + 1e-5)
+    check("layer_norm backward x", gx, rs * (gh - gh.mean(1, keepdims=True) - xh * (gh * xh).mean(1, keepdims=True)),
+          1e-3)
+    check("layer_norm backward w", gw, (gy * xh).sum(0), 1e-3)
+    check("layer_norm backward b", gbn, gy.sum(0), 1e-3)
     if fails:
         print("\n".join(fails))
         sys.exit(1)
