@@ -25,7 +25,7 @@ except ImportError:  # running from a source checkout without `pip install -e .`
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import sciml as sm
-from sciml.autodiff.ops.gelu_fused import gelu  # sm.gelu's values, one kernel forward and one backward
+gelu = sm.gelu  # exact GELU: one kernel forward and one backward
 from sciml.models import Linear, Module, Parameter
 from sciml.optim import Adam
 

@@ -70,7 +70,7 @@ def _funcs(dtype):
 
     @ti.func
     def sigmoid(x):
-        r = 0.0
+        r = x * 0  # typed as x: a bare 0.0 is default_fp (float32 in a float32 process) and rounds float64
         if ti.static(fast):
             r = 0.5 * tanh32(0.5 * x) + 0.5
         else:
@@ -361,6 +361,11 @@ def _binary_funcs(dtype=None):
     isnan = nan_test(dtype) if floating else None
     nonfinite = nan_test(dtype, "nonfinite") if floating else None
     signbit = nan_test(dtype, "signbit") if floating else None
+    PI = C.backend.ti_dtype(dtype) if floating else None
+
+    @ti.func
+    def _pi(a):
+        return PI(math.pi)
 
     @ti.func
     def add(a, b):
@@ -452,9 +457,9 @@ def _binary_funcs(dtype=None):
             if isnan(a) or isnan(b):
                 r = a + b
             if a == 0 and b == 0:  # IEEE: +-0 or +-pi by the signs of the zeros (lavapipe: +-3 pi / 4)
-                r = 0.0
+                r = a * 0  # (typed as the operands; r = 0.0 / math.pi literals would be default_fp)
                 if signbit(b):
-                    r = math.pi
+                    r = _pi(a)
                 if signbit(a):
                     r = -r
         return r

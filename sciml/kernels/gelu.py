@@ -51,9 +51,9 @@ def _build(dtype, serial, grad):
         ti.loop_config(serialize=serial)
         for i in range(n):
             v = x[i]
-            cdf = 0.5 * erfc(-v * ti.cast(_R2, T))  # constants cast: a bare literal would be float32
+            cdf = 0.5 * erfc(-v * T(_R2))  # constants typed T(c): a bare literal (or ti.cast of one) is default_fp, float32 in a float32 process
             if ti.static(grad):
-                out[i] = g[i] * (cdf + v * ti.exp(-0.5 * v * v) * ti.cast(_RS2PI, T))
+                out[i] = g[i] * (cdf + v * ti.exp(-0.5 * v * v) * T(_RS2PI))
             else:
                 out[i] = v * cdf
     return k

@@ -84,21 +84,21 @@ def funcs(dtype: str) -> dict:
     def horner(coefs):
         @ti.func
         def h(z):
-            p = ti.cast(coefs[-1], T)
+            p = T(coefs[-1])
             for k in ti.static(range(len(coefs) - 2, -1, -1)):
-                p = p * z + coefs[k]
+                p = p * z + T(coefs[k])
             return p
         return h
 
     def clenshaw(a, b, coefs):
         @ti.func
         def f(x):
-            t = (2.0 * x - (a + b)) / (b - a)
+            t = (2.0 * x - T(a + b)) / T(b - a)
             b1 = ti.cast(0, T)
             b2 = ti.cast(0, T)
             for k in ti.static(range(len(coefs) - 1, 0, -1)):
-                b1, b2 = 2.0 * t * b1 - b2 + coefs[k], b1
-            return t * b1 - b2 + coefs[0]
+                b1, b2 = 2.0 * t * b1 - b2 + T(coefs[k]), b1
+            return t * b1 - b2 + T(coefs[0])
         return f
 
     p_erf, p_expm1, p_sinh, p_atanh = horner(s_erf), horner(s_expm1), horner(s_sinh), horner(s_atanh)
@@ -116,7 +116,7 @@ def funcs(dtype: str) -> dict:
             e = c2(x)
         else:
             u = 1.0 / x
-            e = ct(u) * u * _RSQPI
+            e = ct(u) * u * T(_RSQPI)
         return ti.exp(-(x * x)) * e
 
     @ti.func
@@ -166,7 +166,7 @@ def funcs(dtype: str) -> dict:
         e = ti.exp(a)
         ep = 0.5 * e
         if a > near_overflow:  # (fast math rewrites (h/2) * h as (h * h) / 2: no square-root split here)
-            ep = ti.exp(a - _LN2)
+            ep = ti.exp(a - T(_LN2))
         return ep, 0.5 / e
 
     @ti.func
@@ -196,7 +196,7 @@ def funcs(dtype: str) -> dict:
         r = ti.atan2(x, ti.cast(1, T))
         if ti.abs(x) < 1e-3:
             z = x * x
-            r = x - x * z * (1.0 / 3.0 - 0.2 * z)
+            r = x - x * z * (T(1.0 / 3.0) - T(0.2) * z)
         return ti.select(isnan(x), x, r)
 
     # asin / acos through atan2 with exact 1 - x, 1 + x (Sterbenz): a few ulp on every arch (lavapipe's
@@ -206,7 +206,7 @@ def funcs(dtype: str) -> dict:
         r = ti.cast(nan, T)
         if ti.abs(x) < 1e-3:
             z = x * x
-            r = x + x * z * (1.0 / 6.0 + 0.075 * z)
+            r = x + x * z * (T(1.0 / 6.0) + T(0.075) * z)
         elif ti.abs(x) <= 1.0:
             r = ti.atan2(x, ti.sqrt((1.0 - x) * (1.0 + x)))
         return r
@@ -230,7 +230,7 @@ def funcs(dtype: str) -> dict:
         a = ti.abs(x)
         r = ti.cast(0, T)
         if a > big:
-            r = ti.log(a) + _LN2
+            r = ti.log(a) + T(_LN2)
         else:
             r = log1p(a + a * a / (1.0 + ti.sqrt(1.0 + a * a)))
         if x < 0:

@@ -102,7 +102,8 @@ def gelu(x, approximate="none"):
         return 0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x)))
     if approximate != "none":
         raise ValueError(f"gelu: approximate={approximate!r}; expected 'none' or 'tanh'.")
-    return 0.5 * x * erfc(x * (-1.0 / math.sqrt(2.0)))  # = 0.5 x (1 + erf(x / sqrt 2)), no cancellation below 0
+    from .gelu_fused import gelu as _fused  # one kernel each way; equals 0.5 x erfc(-x / sqrt 2) (composed)
+    return _fused(x)
 
 
 def silu(x):
