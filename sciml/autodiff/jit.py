@@ -280,6 +280,16 @@ class _Plan:
             binds.extend(init[1])
         self.prog, self.binds, self._keep = prog, binds, keep
         self.on_host = on_host
+        # host buffers from outside the trace (parameters, data, Dropout's rng_state, BatchNorm's running
+        # statistics) that the steps may write in place: _verify restores them around its two checking runs
+        ext = {}
+        for kind, fn, args in rec.steps:
+            for a in (args[0] if kind == "v" else args):
+                if isinstance(a, np.ndarray):
+                    r = _root(a)
+                    if isinstance(r, np.ndarray) and id(r) not in slot_of and id(r) not in made:
+                        ext[id(r)] = r
+        self.external = list(ext.values())
         self.n_kernels = sum(1 for k, f, _ in rec.steps if k == "v" or (k == "k" and f.spec is not None))
         self.n_calls = len(rec.steps) - self.n_kernels
 
@@ -611,8 +621,21 @@ def _verify(call, plan, leaves, tleaves):
         if x.dtype in ("float32", "float64") and a.size:
             a = a * (1 + 2.0 ** -7 * rng.uniform(-1, 1, a.shape)).astype(a.dtype)
         pert[i] = Tensor._make(backend.from_numpy(a, x.dtype), x.shape, x.dtype)
-    want = flatten(call(pert))[0]
-    got = flatten(plan.run([_contig(pert[i]) for i in tleaves]))[0]
+    # both checking runs start from the state the traced call left, and leave it so: buffers written in place
+    # (a Dropout key counter, running statistics) would otherwise differ between them and advance twice more
+    saved = [r.copy() for r in plan.external]
+
+    def restore():
+        for r, v in zip(plan.external, saved):
+            np.copyto(r, v)
+    try:
+        want = flatten(call(pert))[0]
+        want = [Tensor._make(backend.from_numpy(w.numpy(), w.dtype), w.shape, w.dtype) if isinstance(w, Tensor)
+                else w for w in want]  # (a copy: an output may alias a restored buffer)
+        restore()
+        got = flatten(plan.run([_contig(pert[i]) for i in tleaves]))[0]
+    finally:
+        restore()
     for j, (w, g) in enumerate(zip(want, got)):
         if not isinstance(w, Tensor):
             continue

@@ -230,9 +230,8 @@ class Dropout(Module):
     ``sciml/kernels/nn_dropout.py``) whose key and counter live in the buffer ``rng_state`` (6 integers
     < 2**16), and a second kernel advances the counter: ``state_dict()``, ``save``/``load`` and Trainer
     checkpoints carry the stream (a resumed run draws the same masks as an uninterrupted one), and a
-    function jitted with ``sm.jit(..., verify=False)`` draws a fresh mask on every replay, as eager calls
-    do (jit's verification call would itself advance the stream, so the default ``verify=True`` reports a
-    mismatch).
+    function jitted with ``sm.jit`` draws a fresh mask on every replay, the same sequence as eager calls
+    (jit's verification runs restore the state they advance).
     """
 
     def __init__(self, p=0.5, *, seed=None):

@@ -168,7 +168,9 @@ def test_dropout_gradient_is_the_mask_and_second_order_zero():
     check_grads(f, (x,), order=2)
 
 
-def test_dropout_under_jit_replays_fresh_masks_as_eager():
+@pytest.mark.parametrize("verify", [True, False])
+def test_dropout_under_jit_replays_fresh_masks_as_eager(verify):
+    # verify=True: jit's checking runs restore the rng_state they advance, so the streams stay in step
     from sciml.models import Dropout, Linear, Sequential
     x = sm.tensor(R.normal(size=(8, 5)))
 
@@ -176,7 +178,7 @@ def test_dropout_under_jit_replays_fresh_masks_as_eager():
         return Sequential(Linear(5, 6, seed=0), Dropout(0.5, seed=3), Linear(6, 1, seed=1))
     a, b = make(), make()
     eager = sm.value_and_grad(lambda p: (a.apply(p, x) ** 2).mean())
-    jitted = sm.jit(sm.value_and_grad(lambda p: (b.apply(p, x) ** 2).mean()), verify=False, fallback="raise")
+    jitted = sm.jit(sm.value_and_grad(lambda p: (b.apply(p, x) ** 2).mean()), verify=verify, fallback="raise")
     vals = []
     for _ in range(4):
         (v1, g1), (v2, g2) = eager(a.params()), jitted(b.params())
@@ -185,6 +187,18 @@ def test_dropout_under_jit_replays_fresh_masks_as_eager():
         vals.append(float(v1))
     assert len(set(vals)) == 4 and jitted.stats["replays"] == 3
     np.testing.assert_array_equal(a.state_dict()["layers.1.rng_state"], b.state_dict()["layers.1.rng_state"])
+
+
+def test_batch_norm_running_stats_under_jit_with_verification_match_eager():
+    from sciml.models import BatchNorm1d, Linear, Sequential
+    x = sm.tensor(R.normal(size=(8, 5)))
+    a, b = (Sequential(Linear(5, 4, seed=0), BatchNorm1d(4)) for _ in range(2))
+    eager = sm.value_and_grad(lambda p: (a.apply(p, x) ** 2).mean())
+    jitted = sm.jit(sm.value_and_grad(lambda p: (b.apply(p, x) ** 2).mean()))  # verify=True
+    for _ in range(3):
+        eager(a.params()), jitted(b.params())
+    for k in ("layers.1.running_mean", "layers.1.running_var"):
+        np.testing.assert_allclose(b.state_dict()[k], a.state_dict()[k], rtol=1e-13)
 
 
 # --- BatchNorm: one fused kernel forward, one backward -------------------------------------------------
