@@ -6,7 +6,9 @@ final state (with a little noise) and fit the initial state by L-BFGS on
 
     loss(u0) = sum (heat_T(u0) - observed)^2 + alpha * sum (u0[i+1] - u0[i])^2
 
-(the smoothness term regularises the ill-posed backward diffusion).
+(the smoothness term regularises the ill-posed backward diffusion). It prints the relative L2
+error of the recovered initial state: about 0.16 (0.163 measured; the peaks come back smoothed,
+since backward diffusion loses their fine scales), the loss falling from 7.4 to 1.7e-5.
 
     python examples/heat_inverse.py             # n=128, T=400, writes heat_inverse.png
     python examples/heat_inverse.py --quick     # smoke test (or SCIML_QUICK=1)

@@ -1,5 +1,5 @@
 """solve(loss_transform=...), resample={'restart': False}, the self-scaled BFGS stages and the
-float64 Burgers recipe of the CLI."""
+Burgers recipe of the CLI (one for float32 and float64)."""
 import numpy as np
 import pytest
 
@@ -46,7 +46,7 @@ def test_resample_restart_controls_the_curvature_history(restart, expect_binds):
         assert opt._hist.H is not None
 
 
-def test_cli_float64_burgers_uses_the_float64_recipe(capsys):
+def test_cli_burgers_runs_the_ssbroyden_recipe_in_both_dtypes(capsys):
     from sciml.cli import main
     assert main(["solve", "burgers", "--dtype", "float64", "--steps", "2,2", "--points", "64"]) == 0
     out = capsys.readouterr().out        # the CLI's header line names the recipe
@@ -55,9 +55,12 @@ def test_cli_float64_burgers_uses_the_float64_recipe(capsys):
                  "--optimizer", "lbfgs", "--loss", "mse"]) == 0
     out = capsys.readouterr().out
     assert "LBFGS" in out and "sqrt" not in out
-    from sciml.pinn.problems import get
-    s32 = get("burgers").for_dtype("float32")          # the float32 defaults are unchanged
-    assert s32.sizes == [2, 32, 32, 32, 32, 1] and s32.optimizer == "lbfgs" and s32.steps == (1000, 10000)
+    from sciml.pinn.problems import get      # float32 (the CLI's default) runs the same recipe
+    s = get("burgers")
+    s32, s64 = s.for_dtype("float32"), s.for_dtype("float64")
+    assert s32 is s64 and s32.sizes == [2, 20, 20, 20, 1] and s32.steps == (2000, 4000)
+    assert (s32.optimizer, s32.loss_transform, s32.points["interior"]) == ("ssbroyden", "sqrt", 8192)
+    assert s32.resample == {"method": "rad", "every": 500, "restart": False}
 
 
 def test_failed_line_search_draws_new_points_instead_of_ending_the_stage(monkeypatch):
