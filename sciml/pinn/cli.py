@@ -90,7 +90,7 @@ def add_parser(subparsers):
                    help="which problem: " + ", ".join(PROBLEMS) + " (see --list)")
     p.add_argument("--list", action="store_true", help="list the problems, one line each, and exit")
     p.add_argument("--dtype", default="float32", choices=("float32", "float64"),
-                   help="float precision (default float32; float64 Burgers has its own recipe)")
+                   help="float precision (default float32)")
     p.add_argument("--steps", type=_steps, default=None, metavar="ADAM[,SECOND]",
                    help="steps of the Adam stage and of the second stage, e.g. 2000,2000; "
                    "one number keeps the second stage's default (default per problem)")
@@ -163,7 +163,7 @@ def run(args):
         sys.stdout = open(os.devnull, "w")
     runtime.init(arch=args.arch, dtype=args.dtype)
     from .problems import get
-    setup = get(args.problem).for_dtype(args.dtype)   # float64 Burgers has its own recipe
+    setup = get(args.problem).for_dtype(args.dtype)
     steps = setup.steps
     if args.steps is not None:
         adam, second = args.steps
