@@ -12,8 +12,10 @@ time per epoch and the test error. `--threads N` gives both frameworks N CPU thr
 
     python examples/fno_burgers.py              # 256 train / 64 test samples on a 128-point grid
     python examples/fno_burgers.py --quick      # smoke test
+    python examples/fno_burgers.py --plot fno.png   # also draws test predictions and the training loss
 """
 import argparse
+import os
 import time
 
 import numpy as np
@@ -21,7 +23,6 @@ import numpy as np
 try:
     import sciml as sm
 except ImportError:  # running from a source checkout without `pip install -e .`
-    import os
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import sciml as sm
@@ -101,8 +102,9 @@ def rel_l2(pred, y):
     return (sm.sqrt(d / (y * y).sum(1))).mean()
 
 
-def train_sciml(net, data, epochs, batch, lr, jit=True):
-    """Train ``net``; a generator yielding each epoch's seconds, then (as its return value) the test error."""
+def train_sciml(net, data, epochs, batch, lr, jit=True, losses=None):
+    """Train ``net``; a generator yielding each epoch's seconds, then (as its return value) the test error.
+    ``losses``: a list that receives each epoch's mean training loss."""
     (xtr, ytr), (xte, yte) = data
     opt = Adam(net.parameters(), lr=lr)
     step = sm.value_and_grad(lambda p, x, y: rel_l2(net.apply(p, x), y))
@@ -112,11 +114,16 @@ def train_sciml(net, data, epochs, batch, lr, jit=True):
     for ep in range(epochs):
         t0 = time.perf_counter()
         order = rng.permutation(len(xtr))
+        total = []
         for i in range(0, len(xtr), batch):
             idx = order[i:i + batch]
             loss, g = step(net.params(), sm.tensor(xtr[idx]), sm.tensor(ytr[idx]))
             opt.step(g)
-        yield time.perf_counter() - t0
+            total.append(loss)
+        dt = time.perf_counter() - t0
+        if losses is not None:
+            losses.append(float(np.mean([float(v) for v in total])))
+        yield dt
     return float(rel_l2(net(sm.tensor(xte)), sm.tensor(yte)))
 
 
@@ -202,7 +209,16 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None,
                     help="CPU threads for both frameworks (Taichi, the BLAS, PyTorch); default: each library's own")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--plot", metavar="PATH", default=None,
+                    help="save a figure: test predictions against the spectral solution, and the training loss "
+                         "(.png, .pdf or .svg)")
     args = ap.parse_args(argv)
+    if args.plot is not None:
+        from sciml._io import check_output_path
+        try:
+            args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
+        except (ValueError, OSError) as e:
+            ap.error(str(e))
     if args.quick:
         args.grid, args.train, args.test, args.epochs, args.modes, args.width = 32, 16, 8, 1, 6, 8
     if args.threads is not None:
@@ -220,13 +236,46 @@ def main(argv=None):
         if args.threads is not None:
             torch.set_num_threads(args.threads)
         trainers["torch"] = train_torch(net, data, args.epochs, args.batch, args.lr)
-    trainers["sciml"] = train_sciml(net, data, args.epochs, args.batch, args.lr, jit=not args.no_jit)
+    losses = []
+    trainers["sciml"] = train_sciml(net, data, args.epochs, args.batch, args.lr, jit=not args.no_jit, losses=losses)
     res = {k: (err, float(np.median(t))) for k, (err, t) in run_interleaved(trainers).items()}
     if "torch" in res:
         print(f"PyTorch: test rel. L2 {res['torch'][0]:.4f}, {res['torch'][1]:.3f} s/epoch (median of {args.epochs})")
     print(f"sciml:   test rel. L2 {res['sciml'][0]:.4f}, {res['sciml'][1]:.3f} s/epoch (median of {args.epochs}"
           + (", epochs interleaved with PyTorch's)" if "torch" in res else ")"))
+    if args.plot is not None:
+        plot(net, data, losses, res["sciml"][0], args.plot)
+        print(f"plot written to {args.plot}")
     return res
+
+
+def plot(net, data, losses, err, path):
+    """Three test cases (initial state, spectral solution at T, the FNO's prediction) and the training loss."""
+    from matplotlib.figure import Figure
+    from sciml._io import atomic_write
+    (_, _), (xte, yte) = data
+    pred = net(sm.tensor(xte[:3])).numpy()
+    x = np.linspace(0, 1, xte.shape[1], endpoint=False)
+    fig = Figure(figsize=(11, 3.6), layout="constrained")
+    axs = fig.subplots(1, 4)
+    for j in range(3):
+        ax = axs[j]
+        ax.plot(x, xte[j], color="0.6", lw=1, label="u(x, 0), the input")
+        ax.plot(x, yte[j], color="k", lw=1.5, label="u(x, 1), spectral solver")
+        ax.plot(x, pred[j], "--", color="tab:red", lw=1.5, label="u(x, 1), FNO")
+        ax.set_title(f"test case {j + 1}")
+        ax.set_xlabel("x")
+        ax.set_ylabel("u")
+    h, lab = axs[0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="outside lower center", ncol=3, fontsize=8)
+    ax = axs[3]
+    ax.semilogy(np.arange(1, len(losses) + 1), losses, "o-", ms=3)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("mean training rel. L2")
+    ax.set_title("training")
+    fig.suptitle(f"Fourier neural operator, 1-D Burgers (nu = 0.01): test rel. L2 error {err:.3f}")
+    with atomic_write(path) as tmp:
+        fig.savefig(tmp, dpi=100, format=os.path.splitext(path)[1][1:])
 
 
 if __name__ == "__main__":

@@ -30,10 +30,18 @@ def test_per_example_clip_quick():
     assert out["accuracy"] > 0.6
 
 
-def test_fno_burgers_quick():
-    out = _load("fno_burgers").main(["--quick", "--dtype", "float64"])
+def test_fno_burgers_quick(tmp_path):
+    png = tmp_path / "fno.png"
+    out = _load("fno_burgers").main(["--quick", "--dtype", "float64", "--plot", str(png)])
     err, sec = out["sciml"]
     assert np.isfinite(err) and err < 1.5 and sec > 0
+    assert png.stat().st_size > 10_000 and [p.name for p in tmp_path.iterdir()] == ["fno.png"]  # no temp left
+
+
+def test_fno_burgers_bad_plot_path_fails_before_training(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        _load("fno_burgers").main(["--quick", "--plot", str(tmp_path / "missing" / "f.png")])
+    assert e.value.code == 2 and "--plot" in capsys.readouterr().err
 
 
 def test_fno_spectral_layer_matches_numpy():
