@@ -327,3 +327,27 @@ def test_busy_host_detection(monkeypatch):
     monkeypatch.setattr(C.os, "getloadavg", lambda: (1e3, 0.0, 0.0))
     monkeypatch.setattr(C, "_busy", [0.0, False])
     assert not C.busy()
+
+
+@pytest.mark.parametrize("n", [5000, 9000, 16383])
+def test_whole_buffer_sum_bits_do_not_depend_on_the_buffers_alignment(n):
+    # the lane count orders the additions: a float32 sum must give the same bits wherever malloc put the data
+    # (two identical PINN runs in one process once differed in the 7th digit through this)
+    from sciml.kernels import reduce as Rd
+    data = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    raw = np.empty(n + 32, np.float32)
+    got = set()
+    for k in range(16):
+        x = raw[k:k + n]
+        x[:] = data
+        out = np.empty(1, np.float32)
+        Rd.reduce("sum", x, out, 1, n, 1, "float32")
+        got.add(out.tobytes())
+    assert len(got) == 1
+
+
+def test_large_tensor_sums_repeat_bit_for_bit():
+    # from 64 KB sciml's own buffers are 64-byte aligned, so the wide sum always applies to them
+    data = np.random.default_rng(1).standard_normal(40000).astype(np.float32)
+    bits = {sm.sum(sm.tensor(data, dtype="float32") * 1.5).numpy().tobytes() for _ in range(12)}
+    assert len(bits) == 1

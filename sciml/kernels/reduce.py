@@ -148,7 +148,11 @@ def _sum_flat(x, out, r, dtype):
         return False
     px = C.address(x)
     L = V.lanes_for((px,), dtype)
-    if L is None:
+    # The lane count sets the order of the additions, so it must not depend on where malloc put the buffer:
+    # only the host's full width, on buffers large enough that sciml allocated them 64-byte aligned
+    # (backend.ALIGN_MIN_BYTES); anything else takes the chunked path. (Alignment luck made two identical
+    # float32 PINN runs in one process differ in the 7th digit.)
+    if L is None or L != V.wide(dtype) or r * x.itemsize < C.backend.ALIGN_MIN_BYTES:
         return False
     m = r // L
     if not m:
