@@ -111,8 +111,12 @@ def norm_axis(name, axis, ndim):
 
 def host_values(t):
     """The values of an index Tensor as a numpy array, or None inside a ``sciml.jit`` trace where
-    they depend on the traced inputs (they cannot be read there)."""
+    they depend on the traced inputs, and for a Tensor batched by ``sm.vmap`` (its numpy() would show the
+    first example only): callers then compute with sciml ops."""
     from ... import backend
+    from .. import vmap as _vm
+    if _vm._active and _vm._levels_of(t):
+        return None
     rec = backend.TRACE[0]
     if rec is not None:
         from ..jit import _root

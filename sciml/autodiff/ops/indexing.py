@@ -54,6 +54,9 @@ def _mask_values(m, name):
     if isinstance(m, np.ndarray):
         return m
     v = host_values(m)
+    if v is None and backend.TRACE[0] is None:  # a mask batched by sm.vmap: a different shape per example
+        raise IndexError(f"{name} with a boolean mask batched by sm.vmap: the result's shape would differ from "
+                         "example to example. Use sm.where(mask, x, 0) inside the vmapped function.")
     if v is None:
         rec = backend.TRACE[0]
         rec.fail(f"{name} with a boolean mask computed from the inputs: the result's shape depends on the mask's "
