@@ -22,7 +22,7 @@ except ImportError:  # running from a source checkout without `pip install -e .`
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import sciml as sm
-from sciml._io import atomic_write, check_output_path
+from sciml._io import atomic_write, check_plot_arg
 from sciml.models import Parameter
 from sciml.optim import Adam, lbfgs
 
@@ -42,10 +42,7 @@ def main(argv=None):
                     help="figure of the shots and the loss (.png, .pdf or .svg; default billiards.png)")
     ap.add_argument("--quick", action="store_true", help="few iterations (smoke test)")
     args = ap.parse_args(argv)
-    try:   # a bad output path fails now, not after the fit
-        args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
-    except (TypeError, ValueError, OSError) as e:
-        ap.error(str(e))
+    args.plot = check_plot_arg(ap, args.plot)  # a bad path fails now, not after training
     if args.iters is None:
         args.iters = 30 if args.optimizer == "lbfgs" else 80
     if args.quick:

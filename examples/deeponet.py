@@ -20,7 +20,7 @@ try:
 except ImportError:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import sciml as sm
-from sciml._io import atomic_write, check_output_path  # noqa: E402
+from sciml._io import atomic_write, check_plot_arg  # noqa: E402
 from sciml.models import Linear, Module, Parameter, Sequential, Tanh  # noqa: E402
 from sciml.optim import Adam  # noqa: E402
 
@@ -69,12 +69,8 @@ def main(argv=None):
                          "(.png, .pdf or .svg)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
-    if args.plot is not None:
-        try:   # a bad output path fails now, not after the training
-            args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
-        except (TypeError, ValueError, OSError) as e:
-            ap.error(str(e))
-    sm.init(seed=args.seed)  # seeds the initial weights (a sm.manual_seed before the first init is lost)
+    args.plot = check_plot_arg(ap, args.plot)  # a bad path fails now, not after training
+    sm.init(seed=args.seed)  # seeds the initial weights
     U, Y, G = make_data(200 if args.quick else 1000, 20, args.seed)
     Ut, Yt, Gt, at, bt = make_data(100, 50, args.seed + 1, coefficients=True)
     net = DeepONet(16 if args.quick else 40, 16 if args.quick else 40)

@@ -20,7 +20,7 @@ except ImportError:  # running from a source checkout without `pip install -e .`
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import sciml as sm
-from sciml._io import atomic_write, check_output_path
+from sciml._io import atomic_write, check_plot_arg
 from sciml.data import DataLoader, train_test_split
 from sciml.models import Conv2d, Flatten, Linear, MaxPool2d, Module, accuracy, cross_entropy
 from sciml.optim import AdamW, schedules
@@ -60,10 +60,7 @@ def main(argv=None):
                     help="figure of the loss and test accuracy (.png, .pdf or .svg; default digits_cnn_loss.png)")
     ap.add_argument("--quick", action="store_true", help="1 epoch on a subset (smoke test)")
     args = ap.parse_args(argv)
-    try:   # a bad output path fails now, not after the training
-        args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
-    except (TypeError, ValueError, OSError) as e:
-        ap.error(str(e))
+    args.plot = check_plot_arg(ap, args.plot)  # a bad path fails now, not after training
     sm.init(dtype=args.dtype, seed=args.seed)
     Xtr, Xte, ytr, yte = load(args.seed)
     epochs = args.epochs

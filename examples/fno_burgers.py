@@ -29,6 +29,7 @@ except ImportError:  # running from a source checkout without `pip install -e .`
 gelu = sm.gelu  # exact GELU: one kernel forward and one backward
 from sciml.models import Linear, Module, Parameter
 from sciml.optim import Adam
+from sciml._io import check_plot_arg
 
 F = sm.fft
 
@@ -213,12 +214,7 @@ def main(argv=None):
                     help="save a figure: test predictions against the spectral solution, and the training loss "
                          "(.png, .pdf or .svg)")
     args = ap.parse_args(argv)
-    if args.plot is not None:
-        from sciml._io import check_output_path
-        try:
-            args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
-        except (ValueError, OSError) as e:
-            ap.error(str(e))
+    args.plot = check_plot_arg(ap, args.plot)  # a bad path fails now, not after training
     if args.quick:
         args.grid, args.train, args.test, args.epochs, args.modes, args.width = 32, 16, 8, 1, 6, 8
     if args.threads is not None:

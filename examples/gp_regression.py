@@ -26,7 +26,7 @@ except ImportError:  # running from a source checkout without `pip install -e .`
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import sciml as sm
-from sciml._io import atomic_write, check_output_path
+from sciml._io import atomic_write, check_plot_arg
 from sciml.models import Parameter
 from sciml.optim import LBFGS
 
@@ -66,11 +66,7 @@ def main(argv=None):
                     help="write a figure of the data and the fitted posterior (.png, .pdf or .svg)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
-    if args.plot is not None:
-        try:   # a bad output path fails now, not after the fit
-            args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
-        except (TypeError, ValueError, OSError) as e:
-            ap.error(str(e))
+    args.plot = check_plot_arg(ap, args.plot)  # a bad path fails now, not after training
     sm.init(dtype="float64", seed=0)
     n = 25 if args.quick else args.n
     rng = np.random.default_rng(0)

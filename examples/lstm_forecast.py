@@ -19,7 +19,7 @@ try:
 except ImportError:  # a source checkout without `pip install -e .`
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import sciml as sm
-from sciml._io import atomic_write, check_output_path  # noqa: E402
+from sciml._io import atomic_write, check_plot_arg  # noqa: E402
 from sciml.data import DataLoader  # noqa: E402
 from sciml.models import LSTM, Linear, Module, mse  # noqa: E402
 from sciml.optim import Adam  # noqa: E402
@@ -55,12 +55,8 @@ def main(argv=None):
                          "(.png, .pdf or .svg)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
-    if args.plot is not None:
-        try:   # a bad output path fails now, not after the training
-            args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
-        except (TypeError, ValueError, OSError) as e:
-            ap.error(str(e))
-    sm.init(seed=args.seed)  # seeds the initial weights (a sm.manual_seed before the first init is lost)
+    args.plot = check_plot_arg(ap, args.plot)  # a bad path fails now, not after training
+    sm.init(seed=args.seed)  # seeds the initial weights
     Xtr, ytr, Xte, yte = make_data(400 if args.quick else 3000, 12 if args.quick else 32, args.seed)
     net = Forecaster(8 if args.quick else 32)
     trainer = Trainer(net, mse, Adam(net.parameters(), lr=1e-2), progress=not args.quick,

@@ -24,7 +24,7 @@ except ImportError:  # running from a source checkout without `pip install -e .`
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import sciml as sm
-from sciml._io import atomic_write, check_output_path
+from sciml._io import atomic_write, check_plot_arg
 from sciml.models import MLP
 from sciml.optim import Adam
 
@@ -42,10 +42,7 @@ def main(argv=None):
                          "default mass_spring.png)")
     ap.add_argument("--quick", action="store_true", help="short rollout, 2 iterations (smoke test)")
     args = ap.parse_args(argv)
-    try:   # a bad output path fails now, not after the training
-        args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
-    except (TypeError, ValueError, OSError) as e:
-        ap.error(str(e))
+    args.plot = check_plot_arg(ap, args.plot)  # a bad path fails now, not after training
     if args.quick:
         args.steps, args.iters = 40, 2
     sm.init(arch="cpu", dtype="float64", seed=0)

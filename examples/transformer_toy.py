@@ -17,7 +17,7 @@ try:
 except ImportError:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import sciml as sm
-from sciml._io import atomic_write, check_output_path  # noqa: E402
+from sciml._io import atomic_write, check_plot_arg  # noqa: E402
 from sciml.data import DataLoader  # noqa: E402
 from sciml.models import (Embedding, Linear, Module, Parameter, TransformerEncoderLayer, accuracy,  # noqa: E402
                           cross_entropy)
@@ -56,12 +56,8 @@ def main(argv=None):
                     help="write a figure: training loss, test accuracy by label (.png, .pdf or .svg)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
-    if args.plot is not None:
-        try:   # a bad output path fails now, not after the training
-            args.plot = check_output_path(args.plot, arg="--plot", suffixes=(".png", ".pdf", ".svg"))
-        except (TypeError, ValueError, OSError) as e:
-            ap.error(str(e))
-    sm.init(seed=args.seed)  # seeds the initial weights (a sm.manual_seed before the first init is lost)
+    args.plot = check_plot_arg(ap, args.plot)  # a bad path fails now, not after training
+    sm.init(seed=args.seed)  # seeds the initial weights
     n = 256 if args.quick else 4000
     Xtr, ytr = make_data(n, args.seed)
     Xte, yte = make_data(n // 4, args.seed + 1)

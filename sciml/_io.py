@@ -49,6 +49,17 @@ def check_output_path(path, *, arg: str, suffixes=None, default_suffix: str | No
     return path
 
 
+def check_plot_arg(parser, path, flag: str = "--plot", suffixes=(".png", ".pdf", ".svg")):
+    """A CLI's figure path checked right after argument parsing (so a bad one fails before any training):
+    ``path`` back as a string (None stays None), or ``parser.error`` (exit 2) with a message naming ``flag``."""
+    if path is None:
+        return None
+    try:
+        return check_output_path(path, arg=flag, suffixes=suffixes)
+    except (TypeError, ValueError, OSError) as e:
+        parser.error(str(e))
+
+
 def _fsync_dir(folder):
     with contextlib.suppress(OSError):   # not every filesystem lets a folder be opened/fsynced
         fd = os.open(folder, os.O_RDONLY)
