@@ -49,6 +49,8 @@ class HostStepper:
         self.none = [None] * (4 + len(self.scratch) + len(self.consts) + 1)
         self.plans = {}
         self.n_ctx = 0
+        self.loop = None  # the ti.func step's time-loop kernel, compiled on first use
+        self.none_loop = [None] * (3 + len(self.scratch) + len(self.consts) + 3)
 
     def _rows(self, seg, m):
         return seg[:(m + 1) * self.sim.S].reshape((m + 1,) + self.sim.state_shape)
@@ -120,6 +122,22 @@ class HostStepper:
                 self.lout[0] = 0.0
                 lfl[0](lfl[1], lf)
                 loss_acc[0] += self.lout[0]
+
+    def loop_forward(self, seg, p, ctrl, m, t0, loss_acc=None):
+        """The same as :meth:`forward` for a ``ti.func`` step: ONE launch of the generated time-loop kernel."""
+        sim = self.sim
+        if not sim._validated:  # the first step through the per-step kernel: Taichi's checks, the input-write check
+            self.forward(seg, p, ctrl[:sim.C], 1, t0)
+        self.p.reshape(-1)[:] = p
+        self.c[t0:t0 + m] = ctrl.reshape((m,) + self.cs)
+        if self.loop is None:
+            self.loop = RawKernel(sim.loop.loop_kernel, False)
+            self.loop_acc = np.zeros(1, self.npdt)
+        self.loop_acc[0] = 0.0
+        self.loop([self._rows(seg, m), self.p, self.c[t0:t0 + m], *self.scratch, *self.consts, self.loop_acc, t0, m],
+                  self.none_loop)
+        if loss_acc is not None:
+            loss_acc[0] += self.loop_acc[0]
 
     def backward(self, seg, p, ctrl, m, t0, lam, work, gp, gc, g_loss=None):
         """``lam`` holds dL/dx_{t0+m} on entry, dL/dx_{t0} on exit; adds dL/dparams into ``gp`` and writes
@@ -217,6 +235,25 @@ class StagedStepper:
                 out = np.empty(1, self.npdt)
                 K["get"](self.L, out)
                 loss_acc[0] += out[0]
+
+    def loop_forward(self, seg, p, ctrl, m, t0, loss_acc=None):
+        """The generated time-loop kernel of a ``ti.func`` step on ti.ndarrays (Taichi's own call)."""
+        sim, ti, S = self.sim, self.ti, self.sim.S
+        if not sim._validated:
+            self.forward(seg, p, ctrl[:sim.C], 1, t0)
+        dt = ti.f64 if self.npdt == np.float64 else ti.f32
+        h = ti.ndarray(dt, (m + 1,) + sim.state_shape)
+        h.from_numpy(seg[:(m + 1) * S].reshape((m + 1,) + sim.state_shape))
+        c = ti.ndarray(dt, (m,) + self.cs)
+        c.from_numpy(np.ascontiguousarray(ctrl[:m * sim.C]).reshape((m,) + self.cs))
+        pp = ti.ndarray(dt, sim.params_shape)
+        pp.from_numpy(np.ascontiguousarray(p).reshape(sim.params_shape))
+        acc = ti.ndarray(dt, (1,))
+        acc.fill(0.0)
+        sim.loop.loop_kernel(h, pp, c, *self.scr, *sim.constants, acc, t0, m)
+        seg[S:(m + 1) * S] = h.to_numpy().reshape(-1)[S:]
+        if loss_acc is not None:
+            loss_acc[0] += acc.to_numpy()[0]
 
     def backward(self, seg, p, ctrl, m, t0, lam, work, gp, gc, g_loss=None):
         sim, K, S, C = self.sim, self.K, self.sim.S, self.sim.C

@@ -88,12 +88,15 @@ class Simulation:
         params_shape: shape of the physical parameters (default ``(1,)``).
         control_shape: shape of one step's control (``controls`` then has shape ``(T, *control_shape)``);
             None for no controls.
-        step: ``@ti.kernel`` for one step, or a list of kernels run in order (the per-step path).
+        step: ``@ti.kernel`` for one step, or a list of kernels run in order (the per-step path); or a
+            ``@ti.func`` (a list of them) with the same arguments, all ``ti.template()``: then the forward
+            runs a generated time loop inside one kernel per segment, and the backward recomputes each
+            segment and runs the generated step kernel's ``.grad`` step by step (``sciml/physics/_loop.py``).
         scratch: ``{name: shape}`` of arrays the step kernels share within a step (an MPM grid):
             passed after ``x_next`` in this order, zeroed before each step, differentiated, and
             recomputed from x_t in the backward pass (never stored).
-        loss: optional per-step loss kernel (see the module docstring); ``sim(...)`` then returns
-            ``(states, loss_sum)``.
+        loss: optional per-step loss kernel (see the module docstring), or a ``ti.func`` when the step is
+            one (then it runs inside the generated time loop); ``sim(...)`` then returns ``(states, loss_sum)``.
         rollout, adjoint: ``@ti.kernel``s for the fused path (see the module docstring).
         tangent: optional forward-mode kernel ``tangent(x, params, control, x_next, *scratch, dx, dparams,
             dcontrol, dx_next, *dscratch, *constants[, t])`` writing the step's tangent ``dx_next`` (x_next
@@ -110,6 +113,8 @@ class Simulation:
         check: on the first differentiated call, compare one step's VJP with finite differences and
             raise :class:`SimulationCheckError` naming the derivative that disagrees.
         name: used in errors.
+        time_loop: with a ``ti.func`` step, run the forward as the generated in-kernel time loop (default);
+            False launches the generated step kernel once per step instead (same results).
 
     Example:
         >>> sim = sm.physics.heat1d(n=64, steps=500)            # built-in, with a hand-written adjoint
@@ -119,7 +124,7 @@ class Simulation:
 
     def __init__(self, *, state_shape, steps, params_shape=(1,), control_shape=None, step=None, scratch=None,
                  loss=None, rollout=None, adjoint=None, tangent=None, constants=(), mode="auto",
-                 checkpoint_every="auto", memory_budget=2 << 30, check=False, name="simulation"):
+                 checkpoint_every="auto", memory_budget=2 << 30, check=False, name="simulation", time_loop=True):
         self.name = name
         self.state_shape = _shape("state_shape", state_shape)
         self.params_shape = _shape("params_shape", params_shape)
@@ -132,16 +137,27 @@ class Simulation:
         self.C = math.prod(self.control_shape) if self.control_shape else 1
         self.constants = tuple(constants)
         self.scratch = self._scratch(scratch)
-        self.kernels = self._step_kernels(step)
+        self.loop = self._step_loop(step, loss)
+        if self.loop is not None:  # ti.func step: generated per-step kernel (+ loss kernel) and time-loop kernel
+            self.kernels, self.kernel_t = [self.loop.step_kernel], [True]
+            if self.loop.loss_kernel is not None:
+                loss = self.loop.loss_kernel
+        else:
+            self.kernels = self._step_kernels(step)
+            self.kernel_t = [self._arity(k, 4 + len(self.scratch), "step") for k in self.kernels]
         self.step = self.kernels[0] if len(self.kernels) == 1 else (self.kernels or None)
-        self.kernel_t = [self._arity(k, 4 + len(self.scratch), "step") for k in self.kernels]
         self.loss_kernel = loss
-        self.loss_t = self._arity(loss, 4, "loss") if loss is not None else False
+        self.loss_t = (True if self.loop is not None and self.loop.loss_kernel is not None
+                       else self._arity(loss, 4, "loss") if loss is not None else False)
+        self.time_loop = bool(time_loop) and self.loop is not None
         self.tangent_kernel = tangent
         self.tangent_kernels = []
         if tangent is not None:
             tans = list(tangent) if isinstance(tangent, (list, tuple)) else [tangent]
             if len(tans) != len(self.kernels):
+                if self.loop is not None:
+                    raise ValueError(f"Simulation {name!r}: a step written as ti.func(s) runs as ONE kernel; give one "
+                                     f"tangent= kernel for the whole step (got {len(tans)}).")
                 raise ValueError(f"Simulation {name!r}: tangent= needs one tangent kernel per step kernel (in the "
                                  f"same order); got {len(tans)} for {len(self.kernels)} step kernel(s).")
             if loss is not None:
@@ -203,6 +219,21 @@ class Simulation:
             raise TypeError(f"Simulation(scratch=...): got {type(scratch).__name__}; expected a dict "
                             "{name: shape}.")
         return {str(k): _shape(f"scratch[{k!r}]", v) for k, v in scratch.items()}
+
+    def _step_loop(self, step, loss):
+        """A step written as ti.func(s): the generated kernels (``_loop.StepLoop``), else None."""
+        from ._loop import StepLoop, func_name, is_func
+        ks = list(step) if isinstance(step, (list, tuple)) else ([step] if step is not None else [])
+        funcs = [is_func(k) for k in ks]
+        if not any(funcs):
+            if loss is not None and is_func(loss):
+                raise TypeError(f"Simulation {self.name!r}: loss= is a ti.func ({func_name(loss)!r}) but the step is "
+                                "a kernel; write both as ti.func (one generated time loop) or both as kernels.")
+            return None
+        if not all(funcs):
+            raise TypeError(f"Simulation {self.name!r}: step= mixes @ti.func and @ti.kernel; give a list of ti.funcs "
+                            "(run in one generated kernel) or a list of kernels.")
+        return StepLoop(self, ks, loss if loss is not None and is_func(loss) else None)
 
     def _step_kernels(self, step):
         if step is None:
@@ -474,6 +505,9 @@ class Simulation:
     def _roll(self, seg, p, ctrl, m, t0, loss_acc=None):
         if self.mode == "fused":
             self._run(self.rollout_kernel, seg[:(m + 1) * self.S], p, ctrl, m)
+            return
+        if self.time_loop and (loss_acc is None or self.loss_kernel is None or self.loop.loss_func is not None):
+            self._stepper(seg.dtype).loop_forward(seg, p, ctrl, m, t0, loss_acc)  # the generated time loop
             return
         self._stepper(seg.dtype).forward(seg, p, ctrl, m, t0, loss_acc)
 
