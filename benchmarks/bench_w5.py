@@ -3,7 +3,9 @@
     python -m benchmarks.bench_w5 [--repeat 20] [--no-peers] [--no-memory] [--auto-rule]
 
 Rows: sciml fused path (time loop in one kernel + hand-written adjoint), sciml per-step path
-(one launch per step from cached launch contexts, Taichi's step.grad per step), the plain DiffTaichi style (fields, one kernel
+(one launch per step from cached launch contexts, Taichi's step.grad per step), the step written as a
+ti.func (the generated in-kernel time loop forward, the generated step kernel's .grad per step backward;
+and the same kernels launched once per step), the plain DiffTaichi style (fields, one kernel
 per step, ti.ad.Tape), PyTorch (eager) and JAX (lax.scan, jit). The gradient is compared with
 JAX's (and with the NumPy reference). Then the memory of a 1e5-step differentiated rollout, with
 and without checkpointing (tracemalloc peak: numpy buffers are traced).
@@ -39,6 +41,34 @@ def bench_sciml(sm, mode, repeat):
     sf = _samples(fwd, 1, repeat if mode == "fused" else 3)
     return peers.make_result(f"sciml/W5_{mode}", s, loss=float(loss), forward_only_s=statistics.median(sf),
                              grad=g.numpy(), dtype="float64")
+
+
+def heat_func(ti):
+    """W5's step written as a ``ti.func`` (a user's step: no hand-written adjoint). Its loop over 1024 cells is
+    serialized: one step is ~10 us of work, less than a thread-pool wake-up."""
+    @ti.func
+    def step(u: ti.template(), p: ti.template(), c: ti.template(), out: ti.template()):
+        ti.loop_config(serialize=True)
+        for i in range(1, u.shape[0] - 1):
+            out[i] = u[i] + p[0] * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+    return step
+
+
+def bench_sciml_func(sm, ti, repeat, time_loop=True):
+    """The step as a ti.func: forward = the generated in-kernel time loop (one launch), backward = the generated
+    step kernel's .grad per step (time_loop=False: the same kernels, one launch per step forward too)."""
+    u0n, tn = C.w5_inputs(0)
+    sim = sm.physics.Simulation(state_shape=(C.W5_N,), steps=C.W5_STEPS, step=heat_func(ti), time_loop=time_loop,
+                                name="heat_func")
+    target, r, u0 = sm.tensor(tn), sm.tensor([C.W5_R]), sm.tensor(u0n)
+    vg = sm.value_and_grad(lambda u: ((sim(u, r) - target) ** 2).sum())
+    loss, g = vg(u0)
+    fwd = lambda: float(((sim(u0, r) - target) ** 2).sum())  # noqa: E731
+    s = _samples(lambda: vg(u0)[0].item(), 1, max(3, repeat // 2))
+    sf = _samples(fwd, 1, max(3, repeat // 2))
+    name = "sciml/W5_func_time_loop" if time_loop else "sciml/W5_func_per_launch"
+    return peers.make_result(name, s, loss=float(loss), forward_only_s=statistics.median(sf), grad=g.numpy(),
+                             dtype="float64")
 
 
 def bench_difftaichi(ti, repeat):
@@ -133,6 +163,7 @@ def main(argv=None):
         return None
 
     results = [bench_sciml(sm, "fused", args.repeat), bench_sciml(sm, "per_step", args.repeat),
+               bench_sciml_func(sm, ti, args.repeat), bench_sciml_func(sm, ti, args.repeat, time_loop=False),
                bench_difftaichi(ti, args.repeat)]
     if not args.no_peers:
         for name, fn in (("torch", "torch_w5_heat_grad"), ("jax", "jax_w5_heat_grad")):

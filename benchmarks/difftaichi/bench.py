@@ -3,6 +3,7 @@
     python -m benchmarks.difftaichi.bench --program diffmpm [--steps 1024] [--iters 4]
     python -m benchmarks.difftaichi.bench --program smoke_taichi [--n-grid 128] [--steps 100] [--rounds 2]
     python -m benchmarks.difftaichi.bench --program rigid_body [--steps 2048] [--robot 0] [--rounds 2]
+    python -m benchmarks.difftaichi.bench --program mass_spring [--steps 682] [--rounds 2]
 
 Each program runs in its own process (Taichi is initialised once per process), float64 on the
 CPU, from the same start parameters: the original (``benchmarks/difftaichi/<program>.py``, its own
@@ -27,8 +28,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "benchmarks/difftaichi"
 PORTS = ROOT / "examples/physics"
-PROGRAMS = ("diffmpm", "smoke_taichi", "rigid_body")
-DEFAULT_STEPS = {"diffmpm": 1024, "smoke_taichi": 100, "rigid_body": 2048}
+PROGRAMS = ("diffmpm", "smoke_taichi", "rigid_body", "mass_spring")
+DEFAULT_STEPS = {"diffmpm": 1024, "smoke_taichi": 100, "rigid_body": 2048, "mass_spring": 2048 // 3}
 
 
 def commands(program, steps, iters, out_a, out_b, n_grid=128, jacobi=10, robot=0):
@@ -47,6 +48,9 @@ def commands(program, steps, iters, out_a, out_b, n_grid=128, jacobi=10, robot=0
     elif program == "rigid_body":
         a = [py, str(HERE / "rigid_body.py"), str(robot), "bench", "--bench-out", out_a, *it]
         b = [py, str(PORTS / "rigid_body.py"), "--robot", str(robot), "--steps", str(steps), *it, "--bench-out", out_b]
+    elif program == "mass_spring":
+        a = [py, str(HERE / "mass_spring.py"), "0", "bench", "--bench-out", out_a, *it]
+        b = [py, str(PORTS / "mass_spring.py"), "--steps", str(steps), *it, "--bench-out", out_b]
     else:
         raise ValueError(f"--program: got {program!r}; expected one of {PROGRAMS}")
     return env, a, b

@@ -12,5 +12,7 @@ from .heat import heat1d  # noqa: E402
 from .conduction import conduction1d  # noqa: E402
 from .billiards import billiards  # noqa: E402
 from .mass_spring import mass_spring, robot  # noqa: E402
+from .controller import MLPController  # noqa: E402
 
-__all__ = ["Simulation", "SimulationCheckError", "heat1d", "conduction1d", "billiards", "mass_spring", "robot"]
+__all__ = ["Simulation", "SimulationCheckError", "heat1d", "conduction1d", "billiards", "mass_spring", "robot",
+           "MLPController"]

@@ -88,3 +88,37 @@ def test_scatter_gather_in_one_kernel():
     sim = Simulation(state_shape=(4,), steps=5, step=scatter_gather)
     assert max(sim.check_step(X0, P).values()) < 1e-6
     check_grads(lambda x, p: sim(x, p), (sm.tensor(X0), sm.tensor(P)), order=1, modes=("rev",))
+
+
+# Rule 7 (measured): in a SERIALIZED loop, a local assigned inside an `if` and then combined with ti.Vector
+# locals gets a wrong adjoint (the same loop parallel is right); write the branch with ti.select.
+a2 = ti.types.ndarray(ndim=2)
+X_TOI = np.array([[0.2, 0.1005, 0.1, -0.3], [0.3, 0.2, 0.1, -0.2], [0.4, 0.1003, -0.2, -0.25]])
+
+
+def _toi_step(serial, branch_free):
+    @ti.kernel
+    def toi_step(x: a2, p: a1, c: a1, xn: a2):
+        ti.loop_config(serialize=serial)
+        for i in range(x.shape[0]):
+            old_v = ti.Vector([x[i, 2], x[i, 3]]) * p[0]
+            old_x = ti.Vector([x[i, 0], x[i, 1]])
+            hit = old_x[1] + 0.004 * old_v[1] < 0.1
+            toi = 0.0
+            if ti.static(branch_free):
+                toi = ti.select(hit, -(old_x[1] - 0.1) / ti.select(hit, old_v[1], -1.0), 0.0)
+            else:
+                if hit:
+                    toi = -(old_x[1] - 0.1) / old_v[1]
+            new_x = old_x + toi * old_v
+            xn[i, 0], xn[i, 1], xn[i, 2], xn[i, 3] = new_x[0], new_x[1], old_v[0], old_v[1]
+    return toi_step
+
+
+def test_rule7_serialized_loop_branches_with_vectors():
+    def sim(serial, branch_free):
+        return Simulation(state_shape=(3, 4), steps=2, step=_toi_step(serial, branch_free), name="toi")
+    with pytest.raises(SimulationCheckError, match=r"d\(x_next\)/d\(x\)"):
+        sim(True, False).check_step(X_TOI, np.array([1.0]))
+    for serial, branch_free in ((False, False), (True, True)):
+        sim(serial, branch_free).check_step(X_TOI, np.array([1.0]))
