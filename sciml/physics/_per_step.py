@@ -311,6 +311,37 @@ class TangentRunner:
                       for k, kt, tk, tt in zip(sim.kernels, sim.kernel_t, sim.tangent_kernels, sim.tangent_ts)]
         self.none = [None] * (8 + 2 * len(self.scr) + len(sim.constants) + 1)
         self.ctx = None
+        self.loss = None
+        if sim.loss_kernel is not None:  # the loss's tangent from its gradient: <grad loss_t, (dx, dp, dc)>
+            self.loss = RawKernel(sim.loss_kernel, True)
+            self.lout, self.lout_g = np.zeros(1, npdt), np.ones(1, npdt)
+            self.lg = [np.zeros(sim.state_shape, npdt), np.zeros(sim.params_shape, npdt), np.zeros(cs, npdt)]
+            self.lctx = None
+
+    def _loss_contexts(self):
+        sim = self.sim
+        out = []
+        for t in range(sim.steps):
+            b = (t + 1) % 2
+            la = [self.x[b], self.p, self.c[t], self.lout, *sim.constants] + ([t] if sim.loss_t else [])
+            out.append(self.loss.context(la, self.lg + [self.lout_g] + [None] * (len(sim.constants) + 1)))
+        return out
+
+    def _loss_tangent(self, t, lctx):
+        """d(loss_t) along the tangents: the loss kernel's gradient at (x_{t+1}, p, c_t) dotted with them."""
+        b = (t + 1) % 2
+        for g in self.lg:
+            g.fill(0.0)
+        self.lout_g[0] = 1.0
+        if lctx is not None:
+            launch, ck = self.loss.launcher()
+            launch(ck, lctx[t])
+        else:
+            sim = self.sim
+            la = [self.x[b], self.p, self.c[t], self.lout, *sim.constants] + ([t] if sim.loss_t else [])
+            self.loss(la, self.lg + [self.lout_g] + [None] * (len(sim.constants) + 1))
+        gx, gp, gc = self.lg
+        return float(np.vdot(gx, self.dx[b])) + float(np.vdot(gp, self.dp)) + float(np.vdot(gc, self.dc[t]))
 
     def _args(self, t):
         a, b = t % 2, (t + 1) % 2
@@ -343,6 +374,11 @@ class TangentRunner:
             launch = [(sk.launcher(), tk.launcher()) for sk, _, tk, _ in self.pairs]
         for i in where.get(0, ()):
             out[i * S:(i + 1) * S] = self.dx[0].reshape(-1)
+        lctx, dloss = None, 0.0
+        if self.loss is not None and ctx is not None:
+            if self.lctx is None:
+                self.lctx = self._loss_contexts()
+            lctx = self.lctx
         for t in range(sim.steps):
             b = (t + 1) % 2
             for a_ in (self.x[b], self.dx[b], *self.scr, *self.dscr):
@@ -357,3 +393,7 @@ class TangentRunner:
                     tk(ta, self.none)
             for i in where.get(t + 1, ()):
                 out[i * S:(i + 1) * S] = self.dx[b].reshape(-1)
+            if self.loss is not None:
+                dloss += self._loss_tangent(t, lctx)
+        if self.loss is not None:
+            out[-1] = dloss

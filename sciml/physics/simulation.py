@@ -103,7 +103,8 @@ class Simulation:
             holds the step's result); with several step kernels, a list of tangent kernels, one per step
             kernel: tangent k runs right after step kernel k and writes the tangents of what it wrote
             (scratch tangents ``dscratch`` start zeroed each step). Enables ``jvp`` / ``jacfwd`` through
-            the rollout (no ``loss=`` kernel).
+            the rollout; with a ``loss=`` kernel the loss's tangent is sum_t <grad loss_t, (dx_{t+1}, dparams,
+            dcontrol_t)>, each gradient from the loss kernel's ``.grad`` (CPU).
         constants: extra arrays passed to every kernel after its own arguments (not differentiated):
             index tables, time-indexed targets or forcing read by the step index t.
         mode: "auto" (fused when rollout/adjoint exist and no per-step feature is used), "fused" or
@@ -160,9 +161,6 @@ class Simulation:
                                      f"tangent= kernel for the whole step (got {len(tans)}).")
                 raise ValueError(f"Simulation {name!r}: tangent= needs one tangent kernel per step kernel (in the "
                                  f"same order); got {len(tans)} for {len(self.kernels)} step kernel(s).")
-            if loss is not None:
-                raise ValueError(f"Simulation {name!r}: tangent= (forward mode) does not support a loss= kernel; "
-                                 "return the states (states=...) and write the loss in sciml ops.")
             self.tangent_kernels = tans
             self.tangent_ts = [self._arity(k, 8 + 2 * len(self.scratch), "tangent") for k in tans]
             self.tangent_t = self.tangent_ts[0]
@@ -634,9 +632,15 @@ class Simulation:
         where = {}
         for i, t in enumerate(times):
             where.setdefault(t, []).append(i)
-        out = np.empty(len(times) * S, npdt)
+        has_loss = self.loss_kernel is not None
+        out = np.zeros(len(times) * S + has_loss, npdt)
         for i in where.get(0, ()):
             out[i * S:(i + 1) * S] = dx.reshape(-1)
+        if has_loss and not backend.on_host():
+            raise NotImplementedError(
+                f"Simulation {self.name!r}: forward mode through a loss= kernel takes the loss kernel's gradient "
+                "(Taichi's reverse mode), which runs on the CPU only; on this arch return the states (states=...) "
+                "and write the loss in sciml ops.")
         if backend.on_host():  # cached launch contexts over owned buffers
             key = ("tangent", np.dtype(npdt))
             runner = self._steppers.get(key)

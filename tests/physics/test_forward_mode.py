@@ -121,3 +121,28 @@ def test_tangent_list_errors_name_the_layout():
     with pytest.raises(ValueError, match=r"expected \(x, params, control, x_next, tmp, dx, dparams, dcontrol, "
                                          r"dx_next, dtmp\)"):
         _two_kernel_sim(tangent=[_mix_tangent, _update])
+
+
+# --- forward mode through a running loss (loss= kernel) ----------------------------------------------
+
+
+@ti.kernel
+def _running_loss(x: a1, p: a1, c: a1, out: a1, t: ti.i32):
+    for i in range(x.shape[0]):
+        out[0] += (x[i] - 0.1 * t) ** 2 * p[1] + 0.5 * c[0] * x[i]
+
+
+def test_jvp_through_a_running_loss():
+    """The loss's tangent is sum_t <grad loss_t, tangents>: jvp equals finite differences, jacfwd equals jacrev
+    for the states and the summed loss together, per argument."""
+    sim = _two_kernel_sim(loss=_running_loss)
+    args = (sm.tensor(RNG.standard_normal(7)), sm.tensor([0.6, 0.3]), sm.tensor(RNG.standard_normal((6, 1))))
+
+    def f(*a):
+        xs, loss = sim(*a, states=[3, 6])
+        return sm.concat([xs.reshape((-1,)), loss.reshape((1,))])
+    check_grads(f, args, order=1, modes=("fwd",))
+    for k in range(3):
+        jf = sm.jacfwd(f, argnums=k)(*args).numpy()
+        jr = sm.jacrev(f, argnums=k)(*args).numpy()
+        np.testing.assert_allclose(jf, jr, rtol=1e-12, atol=1e-14)
