@@ -209,6 +209,36 @@ VULKAN_SCRIPT = textwrap.dedent("""
         ref.append(u)
         ls += (u * u).sum()
     print("LOOP_ERR", float(np.abs(xs.numpy() - np.array(ref)).max()), abs(float(l) - ls) / ls)
+
+    # a sciml.models MLP inside the step (MLPController), against the MLP's own forward on the host
+    from sciml.models import MLP
+    from sciml.physics import MLPController
+
+    @ti.func
+    def feat(x: ti.template(), p: ti.template(), c: ti.template(), xn: ti.template(), inp: ti.template(),
+             h1: ti.template(), out: ti.template()):
+        for i in range(3):
+            inp[i] = x[i]
+
+    @ti.func
+    def upd(x: ti.template(), p: ti.template(), c: ti.template(), xn: ti.template(), inp: ti.template(),
+            h1: ti.template(), out: ti.template()):
+        for i in range(3):
+            xn[i] = x[i] + 0.1 * out[i]
+
+    net = MLP([3, 4, 3], activation="tanh", seed=0)
+    ctrl = MLPController(net, input="inp", output="out", output_activation="tanh")
+    scr = ctrl.scratch()
+    csim = Simulation(state_shape=(3,), steps=5, params_shape=(ctrl.n_params,), scratch=scr,
+                      step=[feat, *ctrl.funcs(scr), upd])
+    x = np.array([0.3, -0.2, 0.5], np.float32)
+    got = csim(sm.tensor(x), ctrl.flatten(net.params())).numpy()
+    L = [(l.weight.numpy().astype(np.float64), l.bias.numpy().astype(np.float64)) for l in net.layers]
+    ref = x.astype(np.float64)
+    for _ in range(5):
+        u = np.tanh(np.tanh(ref @ L[0][0] + L[0][1]) @ L[1][0] + L[1][1])
+        ref = ref + 0.1 * u
+    print("MLP_ERR", float(np.abs(got - ref).max()))
 """)
 
 
@@ -223,5 +253,6 @@ def test_vulkan_func_step_time_loop_forward(tmp_path):
         if os.environ.get("SCIML_REQUIRE_VULKAN"):   # set by .ci/run: CI must really run this pass
             pytest.fail("no Vulkan device; SCIML_REQUIRE_VULKAN is set")
         pytest.skip("no Vulkan device")
-    err, lerr = (float(v) for v in r.stdout.split("LOOP_ERR")[1].split())
+    err, lerr = (float(v) for v in r.stdout.split("LOOP_ERR")[1].split()[:2])
     assert err < 1e-5 and lerr < 1e-5
+    assert float(r.stdout.split("MLP_ERR")[1].split()[0]) < 1e-5
