@@ -6,8 +6,9 @@ units -> one actuation per spring) changes the springs' rest lengths every step,
 pushes back with impulses (friction, time of impact), and the loss is the distance of the head box
 to the goal after 2047 steps. The original (kept runnable in ``benchmarks/difftaichi/rigid_body.py``)
 stores every box, hidden layer and actuation of every step in global fields and launches five
-kernels per step; here the step is ONE kernel of five top-level loops (the original's kernels as
-``ti.func``s), a ``Simulation`` step:
+kernels per step; here the step is the original's five kernels as five ``ti.func``s (a
+``Simulation`` runs them as one generated kernel per step, and its forward as ONE generated time
+loop over all steps):
 
 * the state is one (n_objects, 6) array: position (2), velocity (2), angle, angular velocity;
 * the parameters are the controller's weights and biases, one flat vector (W1, b1, W2, b2);
@@ -48,9 +49,6 @@ SPRING_OMEGA, DEFAULT_ACTUATION = 30, 0.05
 N_SIN, N_HIDDEN = 10, 32
 GOAL = (0.9, 0.15)
 
-a1 = ti.types.ndarray(ndim=1)
-a2 = ti.types.ndarray(ndim=2)
-i2 = ti.types.ndarray(dtype=ti.i32, ndim=2)
 
 
 # --- the original's robots (robot_config.py) ------------------------------------------------------
@@ -100,7 +98,7 @@ ROBOTS = [robot_a, robot_b]  # the original's robots 0 and 1
 
 
 def make_step(n_objects, n_springs, head_id, toi=True):
-    """One step: a kernel of five loops (the original's five kernels). It takes the Simulation's arguments
+    """One step: five ti.funcs of one loop each (the original's five kernels). They take the Simulation's arguments
     ``(s, w, c, sn, hidden, act, inc, body, spring, anchor, goal, t)``: state x_t (n_objects, 6),
     controller parameters, (unused) control, x_{t+1}, scratch (hidden layer, actuations, impulse
     increments (n_objects, 6): x_inc (2), v_inc (2), rotation_inc, omega_inc), then the constants
@@ -139,7 +137,7 @@ def make_step(n_objects, n_springs, head_id, toi=True):
         inc[i, 5] += delta_omega
 
     @ti.func
-    def nn1(s: ti.template(), w: ti.template(), sn: ti.template(), hidden: ti.template(), act: ti.template(),
+    def nn1(s: ti.template(), w: ti.template(), c: ti.template(), sn: ti.template(), hidden: ti.template(), act: ti.template(),
             inc: ti.template(), body: ti.template(), spring: ti.template(), anchor: ti.template(),
             goal: ti.template(), t: ti.template()):
         ti.loop_config(serialize=True)  # a few iterations: no thread-pool wake-up
@@ -162,7 +160,7 @@ def make_step(n_objects, n_springs, head_id, toi=True):
             hidden[i] = ti.tanh(a)
 
     @ti.func
-    def nn2(s: ti.template(), w: ti.template(), sn: ti.template(), hidden: ti.template(), act: ti.template(),
+    def nn2(s: ti.template(), w: ti.template(), c: ti.template(), sn: ti.template(), hidden: ti.template(), act: ti.template(),
             inc: ti.template(), body: ti.template(), spring: ti.template(), anchor: ti.template(),
             goal: ti.template(), t: ti.template()):
         ti.loop_config(serialize=True)  # a few iterations: no thread-pool wake-up
@@ -174,7 +172,7 @@ def make_step(n_objects, n_springs, head_id, toi=True):
             act[i] = ti.tanh(a)
 
     @ti.func
-    def collide(s: ti.template(), w: ti.template(), sn: ti.template(), hidden: ti.template(), act: ti.template(),
+    def collide(s: ti.template(), w: ti.template(), c: ti.template(), sn: ti.template(), hidden: ti.template(), act: ti.template(),
             inc: ti.template(), body: ti.template(), spring: ti.template(), anchor: ti.template(),
             goal: ti.template(), t: ti.template()):
         ti.loop_config(serialize=True)  # a few iterations: no thread-pool wake-up
@@ -211,7 +209,7 @@ def make_step(n_objects, n_springs, head_id, toi=True):
             apply_impulse(s, inc, body, i, penalty * normal, new_corner_x, 0)
 
     @ti.func
-    def springs(s: ti.template(), w: ti.template(), sn: ti.template(), hidden: ti.template(), act: ti.template(),
+    def springs(s: ti.template(), w: ti.template(), c: ti.template(), sn: ti.template(), hidden: ti.template(), act: ti.template(),
             inc: ti.template(), body: ti.template(), spring: ti.template(), anchor: ti.template(),
             goal: ti.template(), t: ti.template()):
         ti.loop_config(serialize=True)  # a few iterations: no thread-pool wake-up
@@ -238,7 +236,7 @@ def make_step(n_objects, n_springs, head_id, toi=True):
             apply_impulse(s, inc, body, b, impulse, pos_b, 0.0)
 
     @ti.func
-    def advance(s: ti.template(), w: ti.template(), sn: ti.template(), hidden: ti.template(), act: ti.template(),
+    def advance(s: ti.template(), w: ti.template(), c: ti.template(), sn: ti.template(), hidden: ti.template(), act: ti.template(),
             inc: ti.template(), body: ti.template(), spring: ti.template(), anchor: ti.template(),
             goal: ti.template(), t: ti.template()):
         ti.loop_config(serialize=True)  # a few iterations: no thread-pool wake-up
@@ -255,22 +253,14 @@ def make_step(n_objects, n_springs, head_id, toi=True):
             sn[i, 0], sn[i, 1], sn[i, 2], sn[i, 3] = x[0], x[1], v[0], v[1]
             sn[i, 4], sn[i, 5] = rot, omega
 
-    @ti.kernel
-    def step(s: a2, w: a1, c: a1, sn: a2, hidden: a1, act: a1, inc: a2, body: a2, spring: a2, anchor: i2,
-             goal: a1, t: ti.i32):
-        # the original's five kernels as five top-level loops of one kernel (one launch per step, and
-        # one recompute + one adjoint launch per step backward): each loop reads what the earlier
-        # ones wrote and never overwrites it, the impulses are accumulated with += (docs rules 2, 3)
-        nn1(s, w, sn, hidden, act, inc, body, spring, anchor, goal, t)
-        nn2(s, w, sn, hidden, act, inc, body, spring, anchor, goal, t)
-        collide(s, w, sn, hidden, act, inc, body, spring, anchor, goal, t)
-        springs(s, w, sn, hidden, act, inc, body, spring, anchor, goal, t)
-        advance(s, w, sn, hidden, act, inc, body, spring, anchor, goal, t)
-
-    return step
+    # the original's five kernels as five ti.funcs, each one top-level loop: the Simulation calls them in order in
+    # one generated kernel per step (one launch per step, and one recompute + one adjoint launch per step
+    # backward), and its forward runs them in a generated time loop, ONE launch for all steps. Each loop reads
+    # what the earlier ones wrote and never overwrites it; the impulses are accumulated with += (docs rules 2, 3)
+    return [nn1, nn2, collide, springs, advance]
 
 
-def build(robot=0, steps=2048, toi=True, checkpoint_every="auto", dtype=np.float64):
+def build(robot=0, steps=2048, toi=True, checkpoint_every="auto", dtype=np.float64, time_loop=True):
     """``(sim, x0, loss_fn, n_params)``: ``loss_fn(params)`` is the original's loss (distance of the head
     box to the goal) after ``steps - 1`` advances (the original's ``steps`` counts the start state)."""
     objects, springs, head = _robot(ROBOTS[robot])
@@ -291,7 +281,7 @@ def build(robot=0, steps=2048, toi=True, checkpoint_every="auto", dtype=np.float
         state_shape=(n, 6), steps=steps - 1, params_shape=(n_params,), step=make_step(n, ns, head, toi),
         scratch={"hidden": (N_HIDDEN,), "act": (ns,), "inc": (n, 6)},
         constants=(body.astype(dtype), spring.astype(dtype), anchor, np.array(GOAL, dtype)),
-        checkpoint_every=checkpoint_every, name="rigid_body")
+        checkpoint_every=checkpoint_every, time_loop=time_loop, name="rigid_body")
     goal = sm.tensor(np.array(GOAL))
 
     def loss(params):
@@ -333,6 +323,7 @@ def main(argv=None):
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--no-toi", action="store_true", help="advance without the time-of-impact correction")
     ap.add_argument("--float32", action="store_true", help="float32 (default float64)")
+    ap.add_argument("--per-launch", action="store_true", help="forward one launch per step (no generated time loop)")
     ap.add_argument("--quick", action="store_true", help="300 steps, 3 iterations (smoke test)")
     ap.add_argument("--bench-out", default=None, help="write gradients and timings at the benchmark's start weights")
     args = ap.parse_args(argv)
@@ -341,7 +332,7 @@ def main(argv=None):
     dtype = "float32" if args.float32 else "float64"
     sm.init(arch="cpu", dtype=dtype)
     toi = not args.no_toi and os.environ.get("DIFFTAICHI_TOI", "1") == "1"
-    sim, x0, loss, n_params = build(args.robot, args.steps, toi, dtype=np.dtype(dtype))
+    sim, x0, loss, n_params = build(args.robot, args.steps, toi, dtype=np.dtype(dtype), time_loop=not args.per_launch)
     n, ns = sim.state_shape[0], len(sim.constants[2])
     params = sm.tensor(start_params(n, ns, np.random.default_rng(0)))  # the benchmark's start weights
     vg = sm.value_and_grad(loss)
