@@ -17,6 +17,8 @@ Two execution paths, chosen automatically (``mode="auto"``):
   per kernel per time step, and Taichi's ``.grad`` per kernel per step in reverse (the DiffTaichi /
   ``ti.ad.Tape`` pattern), each step reversed with the forward's own x_t and x_{t+1} loaded and its
   scratch recomputed. Not available on Vulkan (Taichi's ndarray autodiff returns zeros there, issue 8524).
+  A step written as ``ti.func``(s) runs its forward as a generated time loop inside ONE kernel per
+  segment (``_loop.py``); its backward is the same per-step ``.grad`` of a generated step kernel.
 
 Checkpointing (both paths): ``checkpoint_every=k`` stores every k-th state and recomputes each
 segment of k steps during the backward pass: memory ``(T/k + k) S`` instead of ``T S``, for one
