@@ -15,7 +15,7 @@ from sciml.kernels import elementwise as E
 from sciml.kernels import fused as KF
 from sciml.kernels import reduce as R
 
-TAILS = (1, 7, 8, 9, 1000003)
+TAILS = (1, 7, 8, 9, 17, 1000003)  # 17: one 64-byte vector of float32 (two of float64) and a tail
 F32 = np.finfo(np.float32)
 
 
@@ -119,8 +119,9 @@ def test_cheap_maps_same_bits_wide(small_vec, dt, n):
     for op in (("relu", "neg") if n > 9 else ("relu", "neg", "abs", "square", "reciprocal")):
         a, b = _scalar_then_vector(lambda o: E.unary(op, x, o, n, dt), n, dt)
         _same_bits(a, b)
-    if n >= 8 and V.wide(dt) > V.LANES[dt]:
-        assert V.wide(dt) in _lanes_built("binary_lanes", dt)
+    if n >= V.mem_lanes(dt) and V.wide(dt) > V.LANES[dt]:  # the load/store-bound maps: one 64-byte vector
+        assert V.mem_lanes(dt) in _lanes_built("binary_lanes", dt)
+        assert V.mem_lanes(dt) in _lanes_built("unary_lanes", dt)
 
 
 @pytest.mark.parametrize("offset", (0, 4, 16, 32, 48))

@@ -78,6 +78,34 @@ def lanes_for(ptrs, dtype):
     return None if acc & 15 else LANES[dtype]
 
 
+MEM_BYTES = 64  # bytes per vector of the load/store-bound kernels (mem_lanes_for)
+
+
+def mem_lanes(dtype) -> int:
+    """Lanes of the load/store-bound kernels (add, mul, relu, ...): one 64-byte vector (16 x float32, 8 x
+    float64) on every host with vectors of at least 32 bytes (AVX2: two ymm per vector op), else the host's
+    width. Taichi reloads every ndarray's data pointer from its argument buffer after each store (docs/perf.md),
+    once per vector: wider vectors pay that once per 64 bytes instead of once per 32. Measured here (AVX2,
+    1e6 float32 add, one thread, prebuilt launch context, fastest of 15 rounds): 8 lanes 583-620 us, 16 lanes
+    531 us, 32 lanes 582 us, numpy 479-537 us (a loaded machine)."""
+    W = wide(dtype)
+    if W * (4 if dtype == "float32" else 8) >= 32:
+        return MEM_BYTES // (4 if dtype == "float32" else 8)
+    return W
+
+
+def mem_lanes_for(ptrs, dtype):
+    """:func:`lanes_for` for the load/store-bound kernels: :func:`mem_lanes` where every address is 64-byte
+    aligned (a vector's natural alignment: sciml's own large host buffers), else the 16-byte LANES, else None.
+    While sciml.jit traces, as lanes_for."""
+    acc = 0
+    for p in ptrs:
+        acc |= p
+    if C.TRACE[0] is None and not acc & (MEM_BYTES - 1) and wide(dtype) > LANES[dtype]:
+        return mem_lanes(dtype)
+    return None if acc & 15 else LANES[dtype]
+
+
 def pointers(arrays):
     """Data addresses of numpy ``arrays`` if all are 16-byte aligned, else None."""
     ptrs = [C.address(a) for a in arrays]
@@ -91,10 +119,11 @@ class VecLaunch:
     array ``i`` is passed as ``counts[i]`` elements of its ndarray type (vectors of ``lanes``, or
     scalars where ``lanes`` is 1: ``lanes`` is one int or one per array) starting at ``ptrs[i]``;
     ``scalars`` (the remaining kernel arguments) follow."""
-    __slots__ = ("kernel", "fast", "lanes", "spec", "exact")
+    __slots__ = ("kernel", "fast", "lanes", "spec", "exact", "ctxs")
 
     def __init__(self, kernel, lanes, exact=False):
         self.kernel, self.fast, self.lanes, self.spec, self.exact = kernel, None, lanes, None, exact
+        self.ctxs = {}  # launch contexts by argument values (see _make_fast)
 
     def _lanes(self, n):
         return [self.lanes] * n if isinstance(self.lanes, int) else list(self.lanes)
@@ -147,11 +176,31 @@ class VecLaunch:
                     c.set_arg_float(ix, float(s))
             return c
 
+        # Launch contexts by argument values. Building one costs ~13 us here (a pybind call per argument
+        # plus the Python around it) against ~2.5 us for relaunching a built one, and the same arguments
+        # come back in every loop (glibc hands a freed output's address to the next output of that size). A
+        # context holds addresses and sizes only, so one built for the same values is the same context.
+        # Floats equal to 0 are not cached (0.0 == -0.0 but the kernels see different bits); NaN never hits.
+        ctxs = self.ctxs
+        get = ctxs.get
+        fpos = [j for j, t in enumerate(is_int) if not t]
+
         def fast(ptrs, counts, scalars):
-            launch(ckd, context(ptrs, counts, scalars))
+            key = (*ptrs, *counts, *scalars)
+            c = get(key)
+            if c is None:
+                c = context(ptrs, counts, scalars)
+                if all(scalars[j] for j in fpos):  # a float argument equal to 0 (+-0): rebuilt every time
+                    if len(ctxs) >= CTX_CACHE:
+                        ctxs.clear()
+                    ctxs[key] = c
+            launch(ckd, c)
         # for sciml.jit: a context built once and relaunched; array i rebinds through aidx[i], unit[i]
         self.spec = (context, launch, ckd, aidx, unit)
         return fast
+
+
+CTX_CACHE = 16  # launch contexts kept per kernel (VecLaunch.fast)
 
 
 def cached(key, build, lanes, exact=False):

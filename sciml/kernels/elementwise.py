@@ -652,7 +652,7 @@ def _unary_lanes(op, x, out, n, dtype, serial):
     if not (x.flags.c_contiguous and out.flags.c_contiguous):
         return False
     px, po = C.address(x), C.address(out)
-    L = V.lanes_for((px, po), dtype)
+    L = V.lanes_for((px, po), dtype) if op in VEC_TRANS else V.mem_lanes_for((px, po), dtype)
     if L is None:
         return False
     serial = serial or C.busy()
@@ -729,7 +729,7 @@ def _binary_lanes(op, mode, x, y, out, n, dtype, serial):
     if not all(a.flags.c_contiguous for a in full):  # sciml's buffers are; a strided view is not
         return False
     ptrs = [C.address(a) for a in full]
-    L = V.lanes_for(ptrs, dtype)
+    L = V.mem_lanes_for(ptrs, dtype)  # all load/store-bound: 64-byte vectors where aligned
     if L is None:
         return False
     serial = serial or C.busy()
