@@ -267,18 +267,42 @@ def test_exact_compile_restores_fast_math():
     assert cfg.fast_math and cfg.real_matrix_scalarize
 
 
-def test_jit_replay_of_wide_sizes():
-    """sciml.jit traces with the 16-byte kernels (a replay re-aligns buffers to 16 bytes only): replays
-    give the eager numbers."""
+def _bits(a):
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint32 if a.dtype == np.float32 else np.uint64)
+
+
+def test_jit_replays_the_wide_kernels_bit_for_bit():
+    """sciml.jit traces with the wide kernels where the trace's buffers are aligned for them (every buffer made
+    while tracing is 64-byte aligned, and so are a replay's fresh outputs); a replay whose input sits at another
+    alignment gets an aligned copy (never a misaligned vector load). Replays give the eager bits, the
+    whole-buffer sum included."""
+    from sciml.autodiff.tensor import Tensor
     sm.init(arch="cpu")
     rng = np.random.default_rng(5)
-    xs = [sm.tensor(rng.standard_normal(100003).astype(np.float32), "float32") for _ in range(3)]
 
-    def f(x):
-        return (sm.exp(x * 0.5) + sm.tanh(x) * x).sum()
-    jf = sm.jit(f)
-    for x in xs:
-        np.testing.assert_allclose(float(jf(x)), float(f(x)), rtol=1e-5)
+    def f(x, y):
+        return (sm.exp(x * 0.5) + sm.tanh(x) * y).sum(), x * y + x, sm.relu(y) - 1.0
+
+    for n in (100003, 5003):  # large: 64-byte aligned sciml buffers; small (< 64 KB): plain numpy ones eagerly
+        jf = sm.jit(f)
+        ins = []
+        for off in (0, 16, 0, 48, 32):  # the first traces; then inputs 16/48/32 bytes past a 64-byte boundary
+            pair = []
+            for _ in range(2):
+                b = _aligned(n, "float32", off)
+                b[:] = rng.standard_normal(n)
+                pair.append(Tensor._make(b, (n,), "float32"))
+            ins.append(pair)
+        for x, y in ins:
+            got, ref = jf(x, y), f(x, y)
+            for g, r in zip(got, ref):
+                np.testing.assert_array_equal(_bits(g.numpy()), _bits(r.numpy()))
+        plan = next(iter(jf.plans.values()))
+        needs = {b[6] for b in plan.binds if b[0] == "vec"}
+        if V.wide("float32") > V.LANES["float32"]:
+            assert max(needs) >= 32, needs  # wide kernels recorded on the inputs and fresh outputs
+        assert C.address(jf(*ins[1])[1]._buf) % 64 == 0  # a fresh output of a replay
 
 
 def test_optimizer_update_wide_members():

@@ -67,13 +67,14 @@ def wide(dtype) -> int:
 
 def lanes_for(ptrs, dtype):
     """The widest lane count whose vectors every address in ``ptrs`` is aligned for: the host's wide
-    lanes (32 or 64 bytes), else the 16-byte LANES, else None (a scalar kernel must run). While
-    sciml.jit traces, 16-byte only (a replay re-aligns its buffers to 16 bytes)."""
+    lanes (32 or 64 bytes), else the 16-byte LANES, else None (a scalar kernel must run). The same under
+    sciml.jit: a replay allocates its fresh outputs 64-byte aligned and re-aligns an input whose address does
+    not meet what a recorded vector kernel needs (autodiff/jit.py)."""
     acc = 0
     for p in ptrs:
         acc |= p
     W = wide(dtype)
-    if W > LANES[dtype] and C.TRACE[0] is None and not acc & (W * (4 if dtype == "float32" else 8) - 1):
+    if W > LANES[dtype] and not acc & (W * (4 if dtype == "float32" else 8) - 1):
         return W
     return None if acc & 15 else LANES[dtype]
 
@@ -96,12 +97,11 @@ def mem_lanes(dtype) -> int:
 
 def mem_lanes_for(ptrs, dtype):
     """:func:`lanes_for` for the load/store-bound kernels: :func:`mem_lanes` where every address is 64-byte
-    aligned (a vector's natural alignment: sciml's own large host buffers), else the 16-byte LANES, else None.
-    While sciml.jit traces, as lanes_for."""
+    aligned (a vector's natural alignment: sciml's own large host buffers), else the 16-byte LANES, else None."""
     acc = 0
     for p in ptrs:
         acc |= p
-    if C.TRACE[0] is None and not acc & (MEM_BYTES - 1) and wide(dtype) > LANES[dtype]:
+    if not acc & (MEM_BYTES - 1) and wide(dtype) > LANES[dtype]:
         return mem_lanes(dtype)
     return None if acc & 15 else LANES[dtype]
 
