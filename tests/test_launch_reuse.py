@@ -63,3 +63,21 @@ def test_new_buffers_at_reused_addresses_and_cache_bound():
         a[:], b[:] = v, np.arange(n, dtype=np.float32)
         E.binary("add", a, b, out, (n,), (n,), (n,), dt, dt)
         np.testing.assert_array_equal(out, a + b)
+
+
+def test_scalar_kernels_reuse_contexts_and_keep_signed_zeros():
+    """FastLaunch (the scalar kernels) keeps contexts of host-buffer launches too: fill with 0.0, -0.0 and
+    others in turn, into the same and into new buffers; and Python scalars -0.0 / 0.0 in expressions."""
+    n, dt = 100, "float32"
+    out = B.empty(n, dt)
+    for v in (2.0, 0.0, -0.0, 2.0, -0.0, 0.0, 0, -1.5, 2.0):
+        out[:] = np.nan
+        E.fill(out, v, n, dt)
+        np.testing.assert_array_equal(out, np.float32(v))
+        assert np.all(np.signbit(out) == np.signbit(np.float32(v))), v
+    k = next(fl for key, fl in C._cache.items() if key[:2] == ("fill", dt))
+    assert k.ctxs is not None and {key[-2] for key in k.ctxs} == {2.0, -1.5}  # key: (ptr, size, value, n)
+    x = sm.tensor(np.ones(5, np.float32))
+    for s in (0.0, -0.0, 0.0, -0.0):
+        r = (x * s).numpy()
+        assert np.all(np.signbit(r) == (np.copysign(1.0, s) < 0)), s
