@@ -28,7 +28,9 @@ def _aligned(n, dt, offset=0):
 
 
 def _lanes_built(name, dt):
-    return {k[-1] for k in C._cache if isinstance(k, tuple) and k and k[0] == name and dt in k}
+    # the lane count ends the key (binary_lanes / unary_lanes: followed by the chunked-kernel flag)
+    return {k[-2] if isinstance(k[-1], bool) else k[-1]
+            for k in C._cache if isinstance(k, tuple) and k and k[0] == name and dt in k}
 
 
 @pytest.fixture
@@ -376,3 +378,39 @@ def test_large_tensor_sums_repeat_bit_for_bit():
     data = np.random.default_rng(1).standard_normal(40000).astype(np.float32)
     bits = {sm.sum(sm.tensor(data, dtype="float32") * 1.5).numpy().tobytes() for _ in range(12)}
     assert len(bits) == 1
+
+
+def test_parallel_maps_run_chunks_as_tasks(monkeypatch):
+    """A parallel launch of the load/store-bound maps (host not busy) runs the chunked kernel compiled without
+    Taichi's one-block-per-thread split (_vec.DYNAMIC): the same bits as numpy, tails included, for the three
+    modes; and the compile flags are restored afterwards."""
+    sm.init(arch="cpu")
+    monkeypatch.setattr(C, "busy", lambda: False)
+    cfg = C.ti().lang.impl.current_cfg()
+    rng = np.random.default_rng(11)
+    for dt in ("float32", "float64"):
+        n = 600_011  # parallel (>= 2^18 cheap elements), several chunks and a tail
+        x, y, o = (B.empty(n, dt) for _ in range(3))
+        x[:], y[:] = rng.standard_normal(n), rng.standard_normal(n)
+        x[:4] = (np.nan, np.inf, -0.0, 0.0)
+        s = B.from_numpy(np.array([1.5]), dt)
+        for op, ref in (("add", x + y), ("mul", x * y)):
+            E.binary(op, x, y, o, (n,), (n,), (n,), dt, dt)
+            np.testing.assert_array_equal(_bits(o), _bits(ref))
+        # maximum: against the scalar kernel (both give +0 for max(-0, negative) under fast math; numpy -0)
+        E.binary("maximum", x, y, o, (n,), (n,), (n,), dt, dt)
+        ref = B.empty(n, dt)
+        monkeypatch.setattr(E, "VECTOR", False)
+        E.binary("maximum", x, y, ref, (n,), (n,), (n,), dt, dt)
+        monkeypatch.setattr(E, "VECTOR", True)
+        np.testing.assert_array_equal(_bits(o), _bits(ref))
+        E.binary("sub", s, y, o, (1,), (n,), (n,), dt, dt)
+        np.testing.assert_array_equal(_bits(o), _bits(s[0] - y))
+        E.binary("div", x, s, o, (n,), (1,), (n,), dt, dt)
+        np.testing.assert_array_equal(_bits(o), _bits(x / s[0]))
+        E.unary("neg", x, o, n, dt)
+        np.testing.assert_array_equal(_bits(o), _bits(-x))
+        dyn = [k for k in C._cache if isinstance(k, tuple) and k and k[0] in ("binary_lanes", "unary_lanes")
+               and dt in k and k[-1] is True]
+        assert len(dyn) >= 4, dyn
+    assert cfg.make_cpu_multithreading_loop and cfg.real_matrix_scalarize

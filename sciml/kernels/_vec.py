@@ -119,11 +119,12 @@ class VecLaunch:
     array ``i`` is passed as ``counts[i]`` elements of its ndarray type (vectors of ``lanes``, or
     scalars where ``lanes`` is 1: ``lanes`` is one int or one per array) starting at ``ptrs[i]``;
     ``scalars`` (the remaining kernel arguments) follow."""
-    __slots__ = ("kernel", "fast", "lanes", "spec", "exact", "ctxs")
+    __slots__ = ("kernel", "fast", "lanes", "spec", "exact", "ctxs", "dynamic")
 
-    def __init__(self, kernel, lanes, exact=False):
+    def __init__(self, kernel, lanes, exact=False, dynamic=False):
         self.kernel, self.fast, self.lanes, self.spec, self.exact = kernel, None, lanes, None, exact
         self.ctxs = {}  # launch contexts by argument values (see _make_fast)
+        self.dynamic = dynamic  # compiled without Taichi's one-block-per-thread split (see DYNAMIC)
 
     def _lanes(self, n):
         return [self.lanes] * n if isinstance(self.lanes, int) else list(self.lanes)
@@ -137,14 +138,16 @@ class VecLaunch:
                  for a, c, L in zip(arrays, counts, self._lanes(len(arrays)))]
         with C.LOCK:  # the config flip and the first (compiling) call must not interleave with another thread
             cfg = C.ti().lang.impl.current_cfg()
-            prev, prev_fm = cfg.real_matrix_scalarize, cfg.fast_math
+            prev, prev_fm, prev_mt = cfg.real_matrix_scalarize, cfg.fast_math, cfg.make_cpu_multithreading_loop
             cfg.real_matrix_scalarize = False
             if self.exact:  # IEEE arithmetic: fast math reassociates Cody-Waite range reductions (exp)
                 cfg.fast_math = False
+            if self.dynamic:  # the outer range-for's iterations become tasks that idle threads take in turn
+                cfg.make_cpu_multithreading_loop = False
             try:
                 self.kernel(*views, *scalars)
             finally:
-                cfg.real_matrix_scalarize, cfg.fast_math = prev, prev_fm
+                cfg.real_matrix_scalarize, cfg.fast_math, cfg.make_cpu_multithreading_loop = prev, prev_fm, prev_mt
         if not os.environ.get("SCIML_SAFE_LAUNCH"):  # else: Taichi's own call every time (debugging)
             self.fast = self._make_fast(views, scalars)
 
@@ -203,10 +206,22 @@ class VecLaunch:
 CTX_CACHE = 16  # launch contexts kept per kernel (VecLaunch.fast)
 
 
-def cached(key, build, lanes, exact=False):
+# Parallel CPU loops: Taichi's pass make_cpu_multithreaded_range_for (taichi/transforms/) turns a parallel
+# range-for into one static block per thread, and the launching thread waits without working
+# (taichi/system/threading.cpp): one descheduled worker (another process on its core) stalls the launch for
+# its time slice. Compiled with that pass off (config make_cpu_multithreading_loop), every iteration of the
+# outer range-for is a task from a shared counter (``ti.loop_config(block_dim=1)``), so the threads that run
+# take the chunks and the launch ends when they are done. The load/store-bound maps use this for their
+# parallel launches: an outer loop over chunks of DYN_CHUNK bytes, a serial inner loop (the same vector code).
+DYNAMIC = True
+DYN_CHUNK = 1 << 16  # bytes of each array per task (16384 float32): ~60 tasks at 1e6 float32
+
+
+def cached(key, build, lanes, exact=False, dynamic=False):
     """The VecLaunch for ``key`` (built with ``build()`` on first use), in the shared kernel cache;
-    ``exact``: compiled without fast math (IEEE semantics, no reassociation)."""
+    ``exact``: compiled without fast math (IEEE semantics, no reassociation); ``dynamic``: without the
+    one-block-per-thread split (:data:`DYNAMIC`)."""
     k = C._cache.get(key)
     if k is None:
-        k = C._cache[key] = VecLaunch(build(), lanes, exact)
+        k = C._cache[key] = VecLaunch(build(), lanes, exact, dynamic)
     return k
