@@ -72,11 +72,23 @@ def on_host() -> bool:
     return h
 
 
+def aligned_empty(n: int, dtype: str):
+    """A new flat host buffer of ``n`` elements starting on an ALIGN-byte boundary, whatever its size
+    (sciml.jit's per-call output buffers, so that a replay meets the alignment its trace saw)."""
+    return _aligned(n, NP_DTYPES[dtype], np.empty)
+
+
+def _big(n, dt):
+    """Whether a host buffer of ``n`` elements of ``dt`` is allocated ALIGN-byte aligned: from ALIGN_MIN_BYTES on,
+    and at every size while sciml.jit traces (a replay allocates its fresh outputs aligned, kernels/_vec.py)."""
+    return n * _ITEM[dt] >= ALIGN_MIN_BYTES or TRACE[0] is not None
+
+
 def empty(n: int, dtype: str):
     """A new flat buffer of ``n`` elements (uninitialised on CPU, zeros on device)."""
     if on_host():
         dt = NP_DTYPES[dtype]
-        buf = _aligned(n, dt, np.empty) if n * _ITEM[dt] >= ALIGN_MIN_BYTES else np.empty(n, dt)
+        buf = _aligned(n, dt, np.empty) if _big(n, dt) else np.empty(n, dt)
     else:
         ti = runtime.ensure_init()
         with runtime.LAUNCH_LOCK:  # device allocation goes through Taichi's program state
@@ -89,7 +101,7 @@ def empty(n: int, dtype: str):
 def zeros(n: int, dtype: str):
     if on_host():
         dt = NP_DTYPES[dtype]
-        buf = _aligned(n, dt, np.zeros) if n * _ITEM[dt] >= ALIGN_MIN_BYTES else np.zeros(n, dt)
+        buf = _aligned(n, dt, np.zeros) if _big(n, dt) else np.zeros(n, dt)
     else:
         ti = runtime.ensure_init()
         with runtime.LAUNCH_LOCK:
@@ -102,7 +114,7 @@ def zeros(n: int, dtype: str):
 def from_numpy(a: np.ndarray, dtype: str):
     """Copy a numpy array (any shape) into a new flat buffer of ``dtype``."""
     dt = NP_DTYPES[dtype]
-    if on_host() and isinstance(a, np.ndarray) and a.size * _ITEM[dt] >= ALIGN_MIN_BYTES:
+    if on_host() and isinstance(a, np.ndarray) and _big(a.size, dt):
         flat = _aligned(a.size, dt, np.empty)
         flat.reshape(a.shape)[...] = a  # numpy's unsafe cast, as np.array(a, dtype) below
     else:

@@ -15,7 +15,7 @@ from sciml.kernels import elementwise as E
 from sciml.kernels import fused as KF
 from sciml.kernels import reduce as R
 
-TAILS = (1, 7, 8, 9, 1000003)
+TAILS = (1, 7, 8, 9, 17, 1000003)  # 17: one 64-byte vector of float32 (two of float64) and a tail
 F32 = np.finfo(np.float32)
 
 
@@ -28,7 +28,9 @@ def _aligned(n, dt, offset=0):
 
 
 def _lanes_built(name, dt):
-    return {k[-1] for k in C._cache if isinstance(k, tuple) and k and k[0] == name and dt in k}
+    # the lane count ends the key (binary_lanes / unary_lanes: followed by the chunked-kernel flag)
+    return {k[-2] if isinstance(k[-1], bool) else k[-1]
+            for k in C._cache if isinstance(k, tuple) and k and k[0] == name and dt in k}
 
 
 @pytest.fixture
@@ -119,8 +121,9 @@ def test_cheap_maps_same_bits_wide(small_vec, dt, n):
     for op in (("relu", "neg") if n > 9 else ("relu", "neg", "abs", "square", "reciprocal")):
         a, b = _scalar_then_vector(lambda o: E.unary(op, x, o, n, dt), n, dt)
         _same_bits(a, b)
-    if n >= 8 and V.wide(dt) > V.LANES[dt]:
-        assert V.wide(dt) in _lanes_built("binary_lanes", dt)
+    if n >= V.mem_lanes(dt) and V.wide(dt) > V.LANES[dt]:  # the load/store-bound maps: one 64-byte vector
+        assert V.mem_lanes(dt) in _lanes_built("binary_lanes", dt)
+        assert V.mem_lanes(dt) in _lanes_built("unary_lanes", dt)
 
 
 @pytest.mark.parametrize("offset", (0, 4, 16, 32, 48))
@@ -266,18 +269,42 @@ def test_exact_compile_restores_fast_math():
     assert cfg.fast_math and cfg.real_matrix_scalarize
 
 
-def test_jit_replay_of_wide_sizes():
-    """sciml.jit traces with the 16-byte kernels (a replay re-aligns buffers to 16 bytes only): replays
-    give the eager numbers."""
+def _bits(a):
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint32 if a.dtype == np.float32 else np.uint64)
+
+
+def test_jit_replays_the_wide_kernels_bit_for_bit():
+    """sciml.jit traces with the wide kernels where the trace's buffers are aligned for them (every buffer made
+    while tracing is 64-byte aligned, and so are a replay's fresh outputs); a replay whose input sits at another
+    alignment gets an aligned copy (never a misaligned vector load). Replays give the eager bits, the
+    whole-buffer sum included."""
+    from sciml.autodiff.tensor import Tensor
     sm.init(arch="cpu")
     rng = np.random.default_rng(5)
-    xs = [sm.tensor(rng.standard_normal(100003).astype(np.float32), "float32") for _ in range(3)]
 
-    def f(x):
-        return (sm.exp(x * 0.5) + sm.tanh(x) * x).sum()
-    jf = sm.jit(f)
-    for x in xs:
-        np.testing.assert_allclose(float(jf(x)), float(f(x)), rtol=1e-5)
+    def f(x, y):
+        return (sm.exp(x * 0.5) + sm.tanh(x) * y).sum(), x * y + x, sm.relu(y) - 1.0
+
+    for n in (100003, 5003):  # large: 64-byte aligned sciml buffers; small (< 64 KB): plain numpy ones eagerly
+        jf = sm.jit(f)
+        ins = []
+        for off in (0, 16, 0, 48, 32):  # the first traces; then inputs 16/48/32 bytes past a 64-byte boundary
+            pair = []
+            for _ in range(2):
+                b = _aligned(n, "float32", off)
+                b[:] = rng.standard_normal(n)
+                pair.append(Tensor._make(b, (n,), "float32"))
+            ins.append(pair)
+        for x, y in ins:
+            got, ref = jf(x, y), f(x, y)
+            for g, r in zip(got, ref):
+                np.testing.assert_array_equal(_bits(g.numpy()), _bits(r.numpy()))
+        plan = next(iter(jf.plans.values()))
+        needs = {b[6] for b in plan.binds if b[0] == "vec"}
+        if V.wide("float32") > V.LANES["float32"]:
+            assert max(needs) >= 32, needs  # wide kernels recorded on the inputs and fresh outputs
+        assert C.address(jf(*ins[1])[1]._buf) % 64 == 0  # a fresh output of a replay
 
 
 def test_optimizer_update_wide_members():
@@ -351,3 +378,39 @@ def test_large_tensor_sums_repeat_bit_for_bit():
     data = np.random.default_rng(1).standard_normal(40000).astype(np.float32)
     bits = {sm.sum(sm.tensor(data, dtype="float32") * 1.5).numpy().tobytes() for _ in range(12)}
     assert len(bits) == 1
+
+
+def test_parallel_maps_run_chunks_as_tasks(monkeypatch):
+    """A parallel launch of the load/store-bound maps (host not busy) runs the chunked kernel compiled without
+    Taichi's one-block-per-thread split (_vec.DYNAMIC): the same bits as numpy, tails included, for the three
+    modes; and the compile flags are restored afterwards."""
+    sm.init(arch="cpu")
+    monkeypatch.setattr(C, "busy", lambda: False)
+    cfg = C.ti().lang.impl.current_cfg()
+    rng = np.random.default_rng(11)
+    for dt in ("float32", "float64"):
+        n = 600_011  # parallel (>= 2^18 cheap elements), several chunks and a tail
+        x, y, o = (B.empty(n, dt) for _ in range(3))
+        x[:], y[:] = rng.standard_normal(n), rng.standard_normal(n)
+        x[:4] = (np.nan, np.inf, -0.0, 0.0)
+        s = B.from_numpy(np.array([1.5]), dt)
+        for op, ref in (("add", x + y), ("mul", x * y)):
+            E.binary(op, x, y, o, (n,), (n,), (n,), dt, dt)
+            np.testing.assert_array_equal(_bits(o), _bits(ref))
+        # maximum: against the scalar kernel (both give +0 for max(-0, negative) under fast math; numpy -0)
+        E.binary("maximum", x, y, o, (n,), (n,), (n,), dt, dt)
+        ref = B.empty(n, dt)
+        monkeypatch.setattr(E, "VECTOR", False)
+        E.binary("maximum", x, y, ref, (n,), (n,), (n,), dt, dt)
+        monkeypatch.setattr(E, "VECTOR", True)
+        np.testing.assert_array_equal(_bits(o), _bits(ref))
+        E.binary("sub", s, y, o, (1,), (n,), (n,), dt, dt)
+        np.testing.assert_array_equal(_bits(o), _bits(s[0] - y))
+        E.binary("div", x, s, o, (n,), (1,), (n,), dt, dt)
+        np.testing.assert_array_equal(_bits(o), _bits(x / s[0]))
+        E.unary("neg", x, o, n, dt)
+        np.testing.assert_array_equal(_bits(o), _bits(-x))
+        dyn = [k for k in C._cache if isinstance(k, tuple) and k and k[0] in ("binary_lanes", "unary_lanes")
+               and dt in k and k[-1] is True]
+        assert len(dyn) >= 4, dyn
+    assert cfg.make_cpu_multithreading_loop and cfg.real_matrix_scalarize

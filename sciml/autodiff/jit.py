@@ -245,7 +245,7 @@ class _Plan:
             for init in inits.get(idx, ()):
                 prog.append(init[0])
                 binds.extend(init[1])
-            if kind == "v":  # a 16-byte vector kernel (kernels/_vec.py): raw aligned addresses
+            if kind == "v":  # a vector kernel (kernels/_vec.py): raw addresses aligned for its vectors
                 arrays, ptrs, counts, scalars = args
                 keep.append(args)
                 if fn.spec is None:
@@ -257,8 +257,10 @@ class _Plan:
                 for i, a in enumerate(arrays):
                     r = _root(a)
                     if id(r) in slot_of:
+                        # the alignment array i's vectors need: their size (16, 32 or 64 bytes; 4 or 8 for
+                        # a scalar-typed argument), at most ALIGN
                         binds.append(("vec", ctx, aidx[i], (counts[i] * unit[i], counts[i]), slot_of[id(r)],
-                                      ptrs[i] - C.address(r), None))
+                                      ptrs[i] - C.address(r), min(unit[i], backend.ALIGN)))
                 continue
             dyn = [(i, a) for i, a in enumerate(args) if _is_buf(a) and id(_root(a)) in slot_of]
             keep.append(args)
@@ -319,14 +321,14 @@ class _Plan:
 
     def _run(self, in_bufs):
         slots = list(in_bufs)
-        for root, n, dt in self.fresh:
-            slots.append(backend.empty(n, dt) if not self.on_host else np.empty(n, root.dtype))
+        for root, n, dt in self.fresh:  # on the host ALIGN-byte aligned, as every buffer made while tracing
+            slots.append(backend.aligned_empty(n, dt) if self.on_host else backend.empty(n, dt))
         views = {}
         for kind, target, i, argkind, slot, off, n in self.binds:
-            if kind == "vec":  # byte offset into the slot; vector loads need 16-byte alignment
+            if kind == "vec":  # byte offset into the slot; n: the alignment the kernel's vectors need
                 p = C.address(slots[slot]) + off
-                if p & 15:
-                    slots[slot] = base = np.array(slots[slot])  # an aligned copy (numpy aligns new arrays)
+                if p & (n - 1):  # an input at another alignment than in the trace: an aligned copy
+                    slots[slot] = base = _aligned_copy(slots[slot], off)
                     views.clear()
                     p = C.address(base) + off
                 target.set_arg_external_array_with_shape(i, p, argkind[0], (argkind[1],), 0)
@@ -353,6 +355,15 @@ class _Plan:
             buf = base if off == 0 and n == _size(base) else base[off:off + n]
             outs.append(Tensor._make(buf, shape, dtype))
         return unflatten(self.out_def, outs)
+
+
+def _aligned_copy(a, off):
+    """A copy of the flat host array ``a`` placed so that its byte ``off`` starts on an ALIGN-byte boundary."""
+    raw = np.empty(a.nbytes + backend.ALIGN, np.uint8)
+    s = -(C.address(raw) + off) & (backend.ALIGN - 1)
+    c = np.frombuffer(memoryview(raw)[s:s + a.nbytes], a.dtype)
+    c[...] = a.reshape(-1)
+    return c
 
 
 def _fill_zero(buf):

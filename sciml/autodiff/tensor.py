@@ -276,7 +276,8 @@ _scalars: dict = {}
 
 def scalar(v, dtype: str) -> Tensor:
     """A cached 0-d constant (Python numbers inside expressions)."""
-    key = (float(v), dtype)
+    f = float(v)
+    key = (f, dtype, math.copysign(1.0, f))  # -0.0 == 0.0: the sign keeps them apart
     t = _scalars.get(key)
     if t is None:
         if len(_scalars) > 2048:

@@ -7,6 +7,7 @@ from .. import backend, runtime
 
 _addressof, _from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
 
+CTX_CACHE = 16  # launch contexts kept per kernel (FastLaunch; kernels/_vec.py has its own)
 SERIAL_WORK = 1 << 18  # cost-weighted elements; below this a CPU loop runs serialized
 SERIAL_BELOW = SERIAL_WORK // 4  # elements, for the default cost (4: a transcendental or two)
 CHEAP = 1  # cost of a load/store-bound op (add, mul, relu, copy, gather)
@@ -51,11 +52,12 @@ class FastLaunch:
     pass the same kinds of values (sciml's buffers always do: numpy arrays on CPU, ti.ndarrays on
     devices). ``SCIML_SAFE_LAUNCH=1`` disables the fast path (for debugging).
     """
-    __slots__ = ("kernel", "fast", "spec", "__weakref__")
+    __slots__ = ("kernel", "fast", "spec", "ctxs", "__weakref__")
 
     def __init__(self, kernel):
         self.kernel = kernel
         self.fast = None
+        self.ctxs = None  # launch contexts by argument values (host buffers only; see _make_fast)
         self.spec = None  # (make_context, launch, compiled kernel, argument kinds) once fast
 
     def __call__(self, *args):
@@ -115,6 +117,7 @@ def _make_fast(fl, args):
             return None
         kinds = []
         lines, checks, env = [], [], {"ndarray": np.ndarray, "Ndarray": Ndarray, "slow": kernel, "address": address}
+        keys, ptrs, fzero = [], [], []  # the context cache's key parts, address lines, float arguments
         for i, (a, v) in enumerate(zip(prim.arguments, args)):
             ann = a.annotation
             if isinstance(ann, ndarray_type.NdarrayType):
@@ -124,21 +127,30 @@ def _make_fast(fl, args):
                     env[f"d{i}"] = v.dtype
                     checks.append(f"a{i}.__class__ is not ndarray or a{i}.dtype is not d{i} or a{i}.ndim != 1 "
                                   f"or not a{i}.flags.c_contiguous")
-                    lines.append(f"    c.set_arg_external_array_with_shape(({i},), address(a{i}), a{i}.nbytes, "
+                    lines.append(f"    c.set_arg_external_array_with_shape(({i},), p{i}, a{i}.nbytes, "
                                  f"a{i}.shape, 0)")
+                    ptrs.append(f"    p{i} = address(a{i})")
+                    if keys is not None:
+                        keys += [f"p{i}", f"a{i}.size"]
                     kinds.append("e")
                 elif isinstance(v, Ndarray) and v.grad is None:
                     env[f"d{i}"] = v.dtype
                     checks.append(f"not isinstance(a{i}, Ndarray) or a{i}.dtype != d{i}")
                     lines.append(f"    c.set_arg_ndarray(({i},), a{i}.arr)")
+                    keys = None  # device buffers: a context per call (an id could be reused by a new allocation)
                     kinds.append("n")
                 else:
                     return None
             elif id(ann) in primitive_types.real_type_ids:
                 lines.append(f"    c.set_arg_float(({i},), float(a{i}))")
+                if keys is not None:
+                    keys.append(f"a{i}")
+                fzero.append(f"a{i}")
                 kinds.append("f")
             elif id(ann) in primitive_types.integer_type_ids and is_signed(cook_dtype(ann)):
                 lines.append(f"    c.set_arg_int(({i},), int(a{i}))")
+                if keys is not None:
+                    keys.append(f"a{i}")
                 kinds.append("i")
             else:
                 return None
@@ -149,8 +161,21 @@ def _make_fast(fl, args):
                    ckd=prog.compile_kernel(prog.config(), prog.get_device_caps(), tk))
         names = ", ".join(f"a{i}" for i in range(len(args)))
         guard = " or ".join(checks) or "False"  # anything unexpected: Taichi's own call (and its errors)
-        src = (f"def fast({names}):\n    if {guard}:\n        return slow({names})\n    c = mk()\n"
-               + "\n".join(lines) + "\n    with LOCK:\n        launch(ckd, c)\n")  # the raw launch, one lock
+        head = f"def fast({names}):\n    if {guard}:\n        return slow({names})\n"
+        if keys is None:  # the raw launch, one lock
+            src = (head + "    c = mk()\n" + "\n".join(ptrs + lines) + "\n    with LOCK:\n        launch(ckd, c)\n")
+        else:
+            # host buffers and scalars only: the launch context by argument values (as VecLaunch: ~2 us to
+            # relaunch against ~6-10 us to build); a float argument equal to 0 is never kept (0.0 == -0.0)
+            keep = " and ".join(fzero) or "True"
+            src = "\n".join([head.rstrip("\n")] + ptrs + [
+                f"    key = ({', '.join(keys)},)", "    c = get(key)", "    if c is None:", "        c = mk()"]
+                + ["    " + ln for ln in lines] + [
+                f"        if {keep}:", "            if len(ctxs) >= CTX_CACHE:", "                ctxs.clear()",
+                "            ctxs[key] = c", "    with LOCK:", "        launch(ckd, c)"]) + "\n"
+            ctxs = {}
+            env.update(ctxs=ctxs, get=ctxs.get, CTX_CACHE=CTX_CACHE)
+            fl.ctxs = ctxs
         exec(src, env)  # noqa: S102 - generated from the kernel's own annotations
         fl.spec = (tk.make_launch_context, prog.launch_kernel, env["ckd"], tuple(kinds))
         return env["fast"]

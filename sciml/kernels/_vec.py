@@ -67,14 +67,42 @@ def wide(dtype) -> int:
 
 def lanes_for(ptrs, dtype):
     """The widest lane count whose vectors every address in ``ptrs`` is aligned for: the host's wide
-    lanes (32 or 64 bytes), else the 16-byte LANES, else None (a scalar kernel must run). While
-    sciml.jit traces, 16-byte only (a replay re-aligns its buffers to 16 bytes)."""
+    lanes (32 or 64 bytes), else the 16-byte LANES, else None (a scalar kernel must run). The same under
+    sciml.jit: a replay allocates its fresh outputs 64-byte aligned and re-aligns an input whose address does
+    not meet what a recorded vector kernel needs (autodiff/jit.py)."""
     acc = 0
     for p in ptrs:
         acc |= p
     W = wide(dtype)
-    if W > LANES[dtype] and C.TRACE[0] is None and not acc & (W * (4 if dtype == "float32" else 8) - 1):
+    if W > LANES[dtype] and not acc & (W * (4 if dtype == "float32" else 8) - 1):
         return W
+    return None if acc & 15 else LANES[dtype]
+
+
+MEM_BYTES = 64  # bytes per vector of the load/store-bound kernels (mem_lanes_for)
+
+
+def mem_lanes(dtype) -> int:
+    """Lanes of the load/store-bound kernels (add, mul, relu, ...): one 64-byte vector (16 x float32, 8 x
+    float64) on every host with vectors of at least 32 bytes (AVX2: two ymm per vector op), else the host's
+    width. Taichi reloads every ndarray's data pointer from its argument buffer after each store (docs/perf.md),
+    once per vector: wider vectors pay that once per 64 bytes instead of once per 32. Measured here (AVX2,
+    1e6 float32 add, one thread, prebuilt launch context, fastest of 15 rounds): 8 lanes 583-620 us, 16 lanes
+    531 us, 32 lanes 582 us, numpy 479-537 us (a loaded machine)."""
+    W = wide(dtype)
+    if W * (4 if dtype == "float32" else 8) >= 32:
+        return MEM_BYTES // (4 if dtype == "float32" else 8)
+    return W
+
+
+def mem_lanes_for(ptrs, dtype):
+    """:func:`lanes_for` for the load/store-bound kernels: :func:`mem_lanes` where every address is 64-byte
+    aligned (a vector's natural alignment: sciml's own large host buffers), else the 16-byte LANES, else None."""
+    acc = 0
+    for p in ptrs:
+        acc |= p
+    if not acc & (MEM_BYTES - 1) and wide(dtype) > LANES[dtype]:
+        return mem_lanes(dtype)
     return None if acc & 15 else LANES[dtype]
 
 
@@ -91,10 +119,12 @@ class VecLaunch:
     array ``i`` is passed as ``counts[i]`` elements of its ndarray type (vectors of ``lanes``, or
     scalars where ``lanes`` is 1: ``lanes`` is one int or one per array) starting at ``ptrs[i]``;
     ``scalars`` (the remaining kernel arguments) follow."""
-    __slots__ = ("kernel", "fast", "lanes", "spec", "exact")
+    __slots__ = ("kernel", "fast", "lanes", "spec", "exact", "ctxs", "dynamic")
 
-    def __init__(self, kernel, lanes, exact=False):
+    def __init__(self, kernel, lanes, exact=False, dynamic=False):
         self.kernel, self.fast, self.lanes, self.spec, self.exact = kernel, None, lanes, None, exact
+        self.ctxs = {}  # launch contexts by argument values (see _make_fast)
+        self.dynamic = dynamic  # compiled without Taichi's one-block-per-thread split (see DYNAMIC)
 
     def _lanes(self, n):
         return [self.lanes] * n if isinstance(self.lanes, int) else list(self.lanes)
@@ -108,14 +138,16 @@ class VecLaunch:
                  for a, c, L in zip(arrays, counts, self._lanes(len(arrays)))]
         with C.LOCK:  # the config flip and the first (compiling) call must not interleave with another thread
             cfg = C.ti().lang.impl.current_cfg()
-            prev, prev_fm = cfg.real_matrix_scalarize, cfg.fast_math
+            prev, prev_fm, prev_mt = cfg.real_matrix_scalarize, cfg.fast_math, cfg.make_cpu_multithreading_loop
             cfg.real_matrix_scalarize = False
             if self.exact:  # IEEE arithmetic: fast math reassociates Cody-Waite range reductions (exp)
                 cfg.fast_math = False
+            if self.dynamic:  # the outer range-for's iterations become tasks that idle threads take in turn
+                cfg.make_cpu_multithreading_loop = False
             try:
                 self.kernel(*views, *scalars)
             finally:
-                cfg.real_matrix_scalarize, cfg.fast_math = prev, prev_fm
+                cfg.real_matrix_scalarize, cfg.fast_math, cfg.make_cpu_multithreading_loop = prev, prev_fm, prev_mt
         if not os.environ.get("SCIML_SAFE_LAUNCH"):  # else: Taichi's own call every time (debugging)
             self.fast = self._make_fast(views, scalars)
 
@@ -147,17 +179,49 @@ class VecLaunch:
                     c.set_arg_float(ix, float(s))
             return c
 
+        # Launch contexts by argument values. Building one costs ~13 us here (a pybind call per argument
+        # plus the Python around it) against ~2.5 us for relaunching a built one, and the same arguments
+        # come back in every loop (glibc hands a freed output's address to the next output of that size). A
+        # context holds addresses and sizes only, so one built for the same values is the same context.
+        # Floats equal to 0 are not cached (0.0 == -0.0 but the kernels see different bits); NaN never hits.
+        ctxs = self.ctxs
+        get = ctxs.get
+        fpos = [j for j, t in enumerate(is_int) if not t]
+
         def fast(ptrs, counts, scalars):
-            launch(ckd, context(ptrs, counts, scalars))
+            key = (*ptrs, *counts, *scalars)
+            c = get(key)
+            if c is None:
+                c = context(ptrs, counts, scalars)
+                if all(scalars[j] for j in fpos):  # a float argument equal to 0 (+-0): rebuilt every time
+                    if len(ctxs) >= CTX_CACHE:
+                        ctxs.clear()
+                    ctxs[key] = c
+            launch(ckd, c)
         # for sciml.jit: a context built once and relaunched; array i rebinds through aidx[i], unit[i]
         self.spec = (context, launch, ckd, aidx, unit)
         return fast
 
 
-def cached(key, build, lanes, exact=False):
+CTX_CACHE = 16  # launch contexts kept per kernel (VecLaunch.fast)
+
+
+# Parallel CPU loops: Taichi's pass make_cpu_multithreaded_range_for (taichi/transforms/) turns a parallel
+# range-for into one static block per thread, and the launching thread waits without working
+# (taichi/system/threading.cpp): one descheduled worker (another process on its core) stalls the launch for
+# its time slice. Compiled with that pass off (config make_cpu_multithreading_loop), every iteration of the
+# outer range-for is a task from a shared counter (``ti.loop_config(block_dim=1)``), so the threads that run
+# take the chunks and the launch ends when they are done. The load/store-bound maps use this for their
+# parallel launches: an outer loop over chunks of DYN_CHUNK bytes, a serial inner loop (the same vector code).
+DYNAMIC = True
+DYN_CHUNK = 1 << 16  # bytes of each array per task (16384 float32): ~60 tasks at 1e6 float32
+
+
+def cached(key, build, lanes, exact=False, dynamic=False):
     """The VecLaunch for ``key`` (built with ``build()`` on first use), in the shared kernel cache;
-    ``exact``: compiled without fast math (IEEE semantics, no reassociation)."""
+    ``exact``: compiled without fast math (IEEE semantics, no reassociation); ``dynamic``: without the
+    one-block-per-thread split (:data:`DYNAMIC`)."""
     k = C._cache.get(key)
     if k is None:
-        k = C._cache[key] = VecLaunch(build(), lanes, exact)
+        k = C._cache[key] = VecLaunch(build(), lanes, exact, dynamic)
     return k

@@ -557,6 +557,18 @@ def binary(op: str, x, y, out, xs, ys, outs, dtype: str, out_dtype: str):
         k(x, y, out, n)
 
 
+def binary_same(op: str, x, y, out, n: int, dtype: str, out_dtype: str):
+    """out = op(x, y) for operands of one shape (n elements): :func:`binary`'s mode "same" without the mode
+    analysis."""
+    serial = C.launch_mode(n, C.CHEAP if op in CHEAP_BINARY else 4)
+    if (n >= VEC_MIN_N and op in VEC_BINARY and VECTOR and out_dtype == dtype and dtype in V.LANES
+            and C.backend.on_host() and _binary_lanes(op, "same", x, y, out, n, dtype, serial)):
+        return
+    k = C.cached(("binary", op, dtype, out_dtype, "same", serial),
+                 lambda: _build_binary(op, dtype, out_dtype, "same", serial))
+    k(x, y, out, n)
+
+
 def _build_binary(op, dtype, out_dtype, mode, serial):
     ti = C.ti()
     f = _binary_funcs(dtype)[op]
@@ -652,13 +664,14 @@ def _unary_lanes(op, x, out, n, dtype, serial):
     if not (x.flags.c_contiguous and out.flags.c_contiguous):
         return False
     px, po = C.address(x), C.address(out)
-    L = V.lanes_for((px, po), dtype)
+    L = V.lanes_for((px, po), dtype) if op in VEC_TRANS else V.mem_lanes_for((px, po), dtype)
     if L is None:
         return False
     serial = serial or C.busy()
     m = n // L
-    k = V.cached(("unary_lanes", op, dtype, serial, L), lambda: _build_unary_lanes(op, dtype, serial, L), L,
-                 exact=op in EXACT_UNARY)
+    dyn = not serial and V.DYNAMIC and op in VEC_UNARY
+    k = V.cached(("unary_lanes", op, dtype, serial, L, dyn), lambda: _build_unary_lanes(op, dtype, serial, L, dyn),
+                 L, exact=op in EXACT_UNARY, dynamic=dyn)
     if not m:
         pass  # shorter than one vector: the tail kernel below does it all
     elif k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
@@ -704,11 +717,21 @@ def _build_unary_exact(op, serial):
     return k
 
 
-def _build_unary_lanes(op, dtype, serial, L):
+def _build_unary_lanes(op, dtype, serial, L, dyn=False):
     ti = C.ti()
     T = C.backend.ti_dtype(dtype)
     VA = ti.types.ndarray(dtype=ti.types.vector(L, T), ndim=1)
     fv = _unary_vec_funcs(dtype, L if op in VEC_TRANS else None)[op]
+    if dyn:  # chunks as tasks (kernels/_vec.py: DYNAMIC)
+        ch = max(1, V.DYN_CHUNK // (L * (4 if dtype == "float32" else 8)))
+
+        @ti.kernel
+        def kd(x: VA, out: VA, m: ti.i32):
+            ti.loop_config(block_dim=1)
+            for c in range((m + ch - 1) // ch):
+                for i in range(c * ch, ti.min(c * ch + ch, m)):
+                    out[i] = fv(x[i])
+        return kd
 
     @ti.kernel
     def k(x: VA, out: VA, m: ti.i32):
@@ -729,14 +752,15 @@ def _binary_lanes(op, mode, x, y, out, n, dtype, serial):
     if not all(a.flags.c_contiguous for a in full):  # sciml's buffers are; a strided view is not
         return False
     ptrs = [C.address(a) for a in full]
-    L = V.lanes_for(ptrs, dtype)
+    L = V.mem_lanes_for(ptrs, dtype)  # all load/store-bound: 64-byte vectors where aligned
     if L is None:
         return False
     serial = serial or C.busy()
     m = n // L
     nf, nv = len(front), len(full)
-    k = V.cached(("binary_lanes", op, dtype, mode, serial, L), lambda: _build_binary_lanes(op, dtype, mode, serial, L),
-                 (1,) * nf + (L,) * nv)
+    dyn = not serial and V.DYNAMIC
+    k = V.cached(("binary_lanes", op, dtype, mode, serial, L, dyn),
+                 lambda: _build_binary_lanes(op, dtype, mode, serial, L, dyn), (1,) * nf + (L,) * nv, dynamic=dyn)
     if nf:
         ptrs.insert(0, C.address(front[0]))
     counts = (1,) * nf + (m,) * nv
@@ -755,13 +779,36 @@ def _binary_lanes(op, mode, x, y, out, n, dtype, serial):
     return True
 
 
-def _build_binary_lanes(op, dtype, mode, serial, L):
+def _build_binary_lanes(op, dtype, mode, serial, L, dyn=False):
     ti = C.ti()
     T = C.backend.ti_dtype(dtype)
     VT = ti.types.vector(L, T)
     VA = ti.types.ndarray(dtype=VT, ndim=1)
     S = C.arr(dtype)
     f = _binary_funcs()[op]
+    xs = mode == "xs"
+    if dyn:  # chunks as tasks (kernels/_vec.py: DYNAMIC); the same arithmetic per element
+        ch = max(1, V.DYN_CHUNK // (L * (4 if dtype == "float32" else 8)))
+        if mode == "same":
+            @ti.kernel
+            def kd(x: VA, y: VA, out: VA, m: ti.i32):
+                ti.loop_config(block_dim=1)
+                for c in range((m + ch - 1) // ch):
+                    for i in range(c * ch, ti.min(c * ch + ch, m)):
+                        out[i] = f(x[i], y[i])
+            return kd
+
+        @ti.kernel
+        def kds(s: S, v: VA, out: VA, m: ti.i32):
+            ti.loop_config(block_dim=1)
+            for c in range((m + ch - 1) // ch):
+                sv = VT(s[0])
+                for i in range(c * ch, ti.min(c * ch + ch, m)):
+                    if ti.static(xs):
+                        out[i] = f(sv, v[i])
+                    else:
+                        out[i] = f(v[i], sv)
+        return kds
     if mode == "same":
         @ti.kernel
         def k(x: VA, y: VA, out: VA, m: ti.i32):
@@ -769,8 +816,6 @@ def _build_binary_lanes(op, dtype, mode, serial, L):
             for i in range(m):
                 out[i] = f(x[i], y[i])
         return k
-
-    xs = mode == "xs"
 
     @ti.kernel
     def ks(s: S, v: VA, out: VA, m: ti.i32):
