@@ -12,9 +12,13 @@ sciml rows:
 - ``sciml/W6_newton_cg_ops``: ``sciml.optim.newton_cg`` (truncated CG on Hessian-vector products
   through the gradient's graph, SciPy's forcing term), the loss in sciml ops;
 - ``sciml/W6_newton_cg_dense_ops``: the same with ``hessian="dense"`` (H formed once per Newton
-  iteration by batched forward over reverse; the CG products are matrix-vector products).
+  iteration by batched forward over reverse; the CG products are matrix-vector products);
+- ``sciml/W6_newton_cg_ops_jit`` / ``sciml/W6_newton_cg_dense_ops_jit``: the two above with
+  ``jit=True`` (loss+gradient and the product / dense Hessian traced once per solve by
+  ``sciml.jit`` and replayed; tracing included in the time). On CPU at this size the CG loop
+  itself runs in numpy (``newton.HOST_CG_MAX``).
 
-    python -m benchmarks.bench_w6 [--repeat 3] [--no-peers]
+    python -m benchmarks.bench_w6 [--repeat 3] [--no-peers] [--only newton_cg ...]
 """
 
 import argparse
@@ -97,7 +101,7 @@ def rosen_fused(sm):
     return P
 
 
-def run_sciml(repeat):
+def run_sciml(repeat, only=None):
     sm = _sm()
     from sciml.optim import lbfgs, newton_cg
     x0 = sm.tensor(PC.rosenbrock_x0())
@@ -107,11 +111,15 @@ def run_sciml(repeat):
                            ("sciml/W6_lbfgs_sm_fuse", lbfgs, rosen_sm_fuse(sm)),
                            ("sciml/W6_lbfgs_fused", lbfgs, rosen_fused(sm)),
                            ("sciml/W6_newton_cg_ops", newton_cg, rosen_ops(sm)),
-                           ("sciml/W6_newton_cg_dense_ops", newton_cg, rosen_ops(sm))):
+                           ("sciml/W6_newton_cg_dense_ops", newton_cg, rosen_ops(sm)),
+                           ("sciml/W6_newton_cg_ops_jit", newton_cg, rosen_ops(sm)),
+                           ("sciml/W6_newton_cg_dense_ops_jit", newton_cg, rosen_ops(sm))):
+        if only and not any(o in name for o in only):
+            continue
         kw = dict(gtol=GTOL, ftol=0.0, xtol=0.0, max_iter=100000)
         if fn is lbfgs:
             kw.update(history=10, max_eval=200000)
-        if name.endswith("dense_ops"):
+        if "dense_ops" in name:
             kw.update(hessian="dense")
         if name.endswith("_jit"):  # the loss in plain ops, traced once per solve (tracing included in the time)
             kw.update(jit=True)
@@ -135,10 +143,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--only", nargs="+", metavar="SUBSTR",
+                    help="sciml rows whose name contains one of these (e.g. newton_cg); peers unchanged")
     _arch.add_argument(ap)
     a = ap.parse_args(argv)
     _arch.use(a.arch)
-    res = run_sciml(a.repeat)
+    res = run_sciml(a.repeat, a.only)
     if not a.no_peers:
         tp = peers.load_peer("torch")
         if tp is not None:
@@ -160,6 +170,9 @@ def main(argv=None):
                 msg += f" (same-method peers: {', '.join(f'{n} {v}' for v, n in pe)})"
             if torch_t:
                 msg += f"; {r['median_s'] * 1e3:.0f} ms = {r['median_s'] / torch_t[0]:.2f}x torch LBFGS"
+            sp = [p["median_s"] for p in res if p["name"] == "scipy/W6_rosenbrock100_Newton-CG"]
+            if fam == "newton_cg" and sp:
+                msg += f", {r['median_s'] / sp[0]:.2f}x SciPy Newton-CG"
             print(msg)
     return res
 
