@@ -34,7 +34,7 @@ KW = dict(gtol=1e-8, ftol=0.0, xtol=0.0, max_iter=500)
 
 def run(monkeypatch, host, **kw):
     monkeypatch.setattr(N, "HOST_CG_MAX", 1 << 16 if host else 0)
-    return newton_cg(rosen, sm.tensor(x0(8)), **KW, **kw)
+    return newton_cg(rosen, sm.tensor(x0(4)), **KW, **kw)
 
 
 @pytest.mark.parametrize("hessian", ["products", "dense"])
@@ -44,7 +44,7 @@ def test_host_cg_same_iterates_as_kernel_cg(monkeypatch, hessian):
     assert a.success and b.success
     assert (a.iterations, a.nfev, a.nhvp) == (b.iterations, b.nfev, b.nhvp)
     np.testing.assert_allclose(b.params.numpy(), a.params.numpy(), rtol=0, atol=1e-9)
-    np.testing.assert_allclose(b.params.numpy(), np.ones(8), atol=1e-7)
+    np.testing.assert_allclose(b.params.numpy(), np.ones(4), atol=1e-7)
 
 
 @pytest.mark.parametrize("hessian", ["products", "dense"])
@@ -62,11 +62,11 @@ def test_jit_kernel_cg_path_and_trust_region(monkeypatch):
     a = run(monkeypatch, False)
     b = run(monkeypatch, False, jit=True)
     assert (a.iterations, a.nfev, a.nhvp) == (b.iterations, b.nfev, b.nhvp)
-    c = newton_cg(rosen, sm.tensor(x0(8)), gtol=1e-8, globalization="trust_region")
-    d = newton_cg(rosen, sm.tensor(x0(8)), gtol=1e-8, globalization="trust_region", jit=True, hessian="dense")
+    c = newton_cg(rosen, sm.tensor(x0(4)), gtol=1e-8, globalization="trust_region")
+    d = newton_cg(rosen, sm.tensor(x0(4)), gtol=1e-8, globalization="trust_region", jit=True, hessian="dense")
     assert c.success and d.success
     assert abs(c.iterations - d.iterations) <= 1
-    np.testing.assert_allclose(d.params.numpy(), np.ones(8), atol=1e-7)
+    np.testing.assert_allclose(d.params.numpy(), np.ones(4), atol=1e-7)
 
 
 def test_jit_pytree_params_and_shell_traces_once():
