@@ -34,6 +34,10 @@ LOCAL_SIZE_ENV = ("OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE", "MP
 ARCHS = ("cuda", "vulkan")
 
 
+class NoDeviceError(ValueError):
+    """No device of the wanted kind is visible to this rank."""
+
+
 @dataclasses.dataclass(frozen=True)
 class DevicePlan:
     """What :func:`plan` chose. ``env`` holds the variables to set before Taichi starts."""
@@ -124,8 +128,8 @@ def plan(arch: str = "cuda", env=None, n_devices: int | None = None) -> DevicePl
     if n == 0:
         why = ("CUDA_VISIBLE_DEVICES is set to an empty list" if listed is not None
                else "no GPU was found (/proc/driver/nvidia/gpus is empty or missing)")
-        raise ValueError(f"sciml.distributed.devices: no {arch} device for this rank: {why}. Run on CPU "
-                         "(arch='cpu') or make a GPU visible.")
+        raise NoDeviceError(f"sciml.distributed.devices: no {arch} device for this rank: {why}. Run on CPU "
+                            "(arch='cpu') or make a GPU visible.")
     override, name = _int_env(env, ("SCIML_DEVICE_INDEX",), "device index")
     if override is not None:
         if override >= n:
@@ -144,15 +148,22 @@ def plan(arch: str = "cuda", env=None, n_devices: int | None = None) -> DevicePl
     return DevicePlan(arch, lr, ls, n, index, device, new_env, shared)
 
 
-def bind_local_device(arch: str = "cuda", env=None, n_devices: int | None = None) -> DevicePlan:
+def bind_local_device(arch: str = "cuda", env=None, n_devices: int | None = None,
+                      required: bool = True) -> DevicePlan | None:
     """Apply :func:`plan` to the environment (``os.environ`` or ``env``): call it on every rank before the
     first tensor (before Taichi starts), e.g. right after ``sciml.distributed.init()``.
 
     After Taichi has started on a GPU the choice cannot change: a :class:`RuntimeError` says so (on CPU
-    nothing is needed and nothing is changed by calling this first)."""
+    nothing is needed and nothing is changed by calling this first). ``required=False``: return None
+    instead of raising :class:`NoDeviceError` when no device is found (the environment is left as is)."""
     from .. import runtime
     target = os.environ if env is None else env
-    p = plan(arch, target, n_devices)
+    try:
+        p = plan(arch, target, n_devices)
+    except NoDeviceError:
+        if required:
+            raise
+        return None
     if env is None and runtime.is_initialized():
         current = {k: os.environ.get(k) for k in p.env}
         if current != p.env:

@@ -72,6 +72,12 @@ def test_bind_applies_to_the_given_env_and_warns_when_shared():
     env = {"OMPI_COMM_WORLD_LOCAL_RANK": "1"}
     D.bind_local_device("vulkan", env, n_devices=2)
     assert env["TI_VISIBLE_DEVICE"] == "1"
+    env = {"OMPI_COMM_WORLD_LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": ""}
+    assert D.bind_local_device("cuda", env, required=False) is None and env["CUDA_VISIBLE_DEVICES"] == ""
+    with pytest.raises(D.NoDeviceError):
+        D.bind_local_device("cuda", env)
+    with pytest.raises(ValueError, match="not an integer"):  # a broken launcher variable still raises
+        D.bind_local_device("cuda", {"SLURM_LOCALID": "a"}, n_devices=1, required=False)
 
 
 def test_bind_after_taichi_started_refuses_a_change(monkeypatch):
