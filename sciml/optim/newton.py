@@ -38,6 +38,11 @@ def _host_cg(n):
     return backend.on_host() and n <= HOST_CG_MAX
 
 
+def _seq_sum(v):
+    """Left-to-right float64 sum (the order of a serialized kernel's ``+=``; numpy's ``sum`` is pairwise)."""
+    return float(np.cumsum(v)[-1]) if v.size else 0.0
+
+
 class _NewtonCG:
     def __init__(self, n, dt, cg_max, cg_tol, hessian="products", jit_cache=None):
         self.n, self.dt, self.cg_max, self.cg_tol = n, dt, cg_max, cg_tol
@@ -107,15 +112,16 @@ class _NewtonCG:
     def _direction_host(self, prob, x, g, d):
         """The same truncated CG as :meth:`direction` with the vector algebra in numpy (float64), for
         small problems on CPU: per CG iteration one product and a few microseconds of numpy instead of
-        four kernel launches and two host reads."""
+        four kernel launches and two host reads. Sums accumulate left to right (``cumsum``), as the
+        serialized CPU kernels do, so the iterates are the kernel path's."""
         n = self.n
         gn = np.asarray(g[:n], dtype=np.float64)
-        g1 = float(np.abs(gn).sum())
+        g1 = _seq_sum(np.abs(gn))
         eta = self.cg_tol if self.cg_tol is not None else min(0.5, math.sqrt(g1)) * g1
         p = np.zeros(n)
         r = -gn
         q = r.copy()
-        rr = float(gn @ gn)
+        rr = _seq_sum(gn * gn)
         hvp = _hvp_operator(prob, x, self.hessian, self.jit_cache, host=True)
         qbuf = np.empty(n, dtype=np.dtype(self.dt))
         eps3 = 3 * np.finfo(np.float64).eps
@@ -123,20 +129,20 @@ class _NewtonCG:
             qbuf[:] = q
             Hq = np.asarray(hvp(qbuf)[:n], dtype=np.float64)
             self.cg_iters += 1
-            qHq = float(q @ Hq)
+            qHq = _seq_sum(q * Hq)
             if 0 <= qHq <= eps3:                           # zero curvature: keep p
                 if j == 0:
                     p[:] = q
                 break
             if qHq < 0:                                    # negative curvature
                 if j == 0:                                 # steepest descent, scaled by |g|^2/|g.Hg|
-                    p = q * (rr / -qHq)
+                    p = q + (rr / -qHq - 1.0) * q
                 break
             alpha = rr / qHq
             p += alpha * q
             r -= alpha * Hq
-            rr_new = float(r @ r)
-            if (math.sqrt(rr_new) if self.cg_tol is not None else float(np.abs(r).sum())) <= eta:
+            rr_new = _seq_sum(r * r)
+            if (math.sqrt(rr_new) if self.cg_tol is not None else _seq_sum(np.abs(r))) <= eta:
                 break
             q *= rr_new / rr
             q += r                                         # q = r + beta q
@@ -163,16 +169,22 @@ def _hvp_operator(prob, x, hessian, jit_cache=None, host=False):
         from ..autodiff.curvature import hessian_dense
         H = hessian_dense(lambda p: prob._f(*p), tuple(prob.leaves(x)))
         prob.ngev += 1
-        return _counted_matvec(prob, np.asarray(H.numpy(), dtype=np.float64))
+        return _counted_matvec(prob, H)
     return prob.dense_hessian_operator(x) if hessian == "dense" else prob.hvp_operator(x)
 
 
 def _counted_matvec(prob, H):
-    dt = np.dtype(prob.dtype)
+    """``v -> H v`` on host buffers for a dense (n, n) Tensor H: the BLAS GEMM that ``sm.matmul(H, v)`` runs
+    (same rounding as the op), without the op's Tensor and tape overhead."""
+    from ..kernels import linalg as KL
+    n, dt = prob.n, prob.dtype
+    hbuf = np.ascontiguousarray(H.numpy(), dtype=np.dtype(dt)).reshape(-1)
 
     def op(vbuf):
         prob.nhvp += 1
-        return (H @ np.asarray(vbuf[:prob.n], dtype=np.float64)).astype(dt, copy=False)
+        out = np.empty(n, np.dtype(dt))
+        KL.matmul(hbuf, vbuf, out, 1, n, 1, n, False, False, dt)
+        return out
     return op
 
 
@@ -210,7 +222,7 @@ def _jit_operator(prob, x, hessian, jit_cache, host):
         H = hess(xt)
         prob.ngev += 1
         if host:
-            return _counted_matvec(prob, np.asarray(H.numpy(), dtype=np.float64))
+            return _counted_matvec(prob, H)
         from ..autodiff.ops import matmul
 
         def op(vbuf):
