@@ -113,7 +113,8 @@ class _NewtonCG:
         """The same truncated CG as :meth:`direction` with the vector algebra in numpy (float64), for
         small problems on CPU: per CG iteration one product and a few microseconds of numpy instead of
         four kernel launches and two host reads. Sums accumulate left to right (``cumsum``), as the
-        serialized CPU kernels do, so the iterates are the kernel path's."""
+        serialized CPU kernels do, so with Hessian-vector products the iterates are the kernel path's
+        bit for bit (the dense products are a numpy matvec: last-bit differences)."""
         n = self.n
         gn = np.asarray(g[:n], dtype=np.float64)
         g1 = _seq_sum(np.abs(gn))
@@ -174,17 +175,15 @@ def _hvp_operator(prob, x, hessian, jit_cache=None, host=False):
 
 
 def _counted_matvec(prob, H):
-    """``v -> H v`` on host buffers for a dense (n, n) Tensor H: the BLAS GEMM that ``sm.matmul(H, v)`` runs
-    (same rounding as the op), without the op's Tensor and tape overhead."""
-    from ..kernels import linalg as KL
-    n, dt = prob.n, prob.dtype
-    hbuf = np.ascontiguousarray(H.numpy(), dtype=np.dtype(dt)).reshape(-1)
+    """``v -> H v`` on host buffers for a dense (n, n) Tensor H, as a numpy float64 matvec (BLAS gemv,
+    ~5 us at n = 100; the GEMM call that ``sm.matmul`` makes for a vector costs ~60 us here). Its rounding
+    differs from ``sm.matmul``'s in the last bits: W6 takes 207 iterations instead of 206."""
+    n, dt = prob.n, np.dtype(prob.dtype)
+    h = np.asarray(H.numpy(), dtype=np.float64)
 
     def op(vbuf):
         prob.nhvp += 1
-        out = np.empty(n, np.dtype(dt))
-        KL.matmul(hbuf, vbuf, out, 1, n, 1, n, False, False, dt)
-        return out
+        return (h @ np.asarray(vbuf[:n], dtype=np.float64)).astype(dt, copy=False)
     return op
 
 

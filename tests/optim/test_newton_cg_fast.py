@@ -43,9 +43,11 @@ def test_host_cg_same_iterates_as_kernel_cg(monkeypatch, hessian):
     b = run(monkeypatch, True, hessian=hessian)
     assert a.success and b.success
     assert (a.iterations, a.nfev, a.nhvp) == (b.iterations, b.nfev, b.nhvp)
-    # sums left to right as the serialized kernels, products by the same BLAS call: the same bits
-    np.testing.assert_array_equal(b.params.numpy(), a.params.numpy())
-    assert b.loss == a.loss
+    if hessian == "products":  # sums left to right as the serialized kernels: the same bits
+        np.testing.assert_array_equal(b.params.numpy(), a.params.numpy())
+        assert b.loss == a.loss
+    else:  # the dense product is a numpy matvec on the host: last-bit differences
+        np.testing.assert_allclose(b.params.numpy(), a.params.numpy(), rtol=0, atol=1e-9)
     np.testing.assert_allclose(b.params.numpy(), np.ones(4), atol=1e-7)
 
 
