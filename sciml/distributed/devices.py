@@ -181,8 +181,9 @@ def bind_local_device(arch: str = "cuda", env=None, n_devices: int | None = None
 def cuda_aware_mpi(MPI=None, env=None) -> bool:
     """True when the MPI library accepts CUDA device buffers in collectives.
 
-    ``SCIML_CUDA_AWARE_MPI=1`` / ``0`` decides; else Open MPI's ``MPIX_Query_cuda_support()`` (mpi4py
-    >= 4 exposes it as ``MPI.Query_cuda_support``); else False (collectives copy through the host)."""
+    ``SCIML_CUDA_AWARE_MPI=1`` / ``0`` decides; else ``MPI.Query_cuda_support()`` where mpi4py has it; else
+    Open MPI's ``MPIX_Query_cuda_support()`` from the loaded MPI library (Debian's Open MPI 4.1.4 here has the
+    symbol and answers 0); else False (collectives copy through the host)."""
     env = os.environ if env is None else env
     v = env.get("SCIML_CUDA_AWARE_MPI")
     if v is not None and v.strip() != "":
@@ -191,6 +192,7 @@ def cuda_aware_mpi(MPI=None, env=None) -> bool:
         if v.strip().lower() in ("0", "false", "no", "off"):
             return False
         raise ValueError(f"sciml.distributed: SCIML_CUDA_AWARE_MPI={v!r}; expected 1 or 0.")
+    real = MPI is None
     if MPI is None:
         try:
             from mpi4py import MPI
@@ -198,8 +200,19 @@ def cuda_aware_mpi(MPI=None, env=None) -> bool:
             return False
     q = getattr(MPI, "Query_cuda_support", None)
     if q is None:
-        return False
+        return _mpix_query_cuda_support() if real else False
     try:
         return bool(q())
     except Exception:  # an MPI without the extension raises NotImplementedError
         return False
+
+
+def _mpix_query_cuda_support() -> bool:
+    """Open MPI's ``MPIX_Query_cuda_support()`` from the process's loaded libraries (mpi4py loads libmpi)."""
+    import ctypes
+    try:
+        f = ctypes.CDLL(None).MPIX_Query_cuda_support
+    except (OSError, AttributeError):
+        return False
+    f.restype, f.argtypes = ctypes.c_int, []
+    return bool(f())

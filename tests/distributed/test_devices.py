@@ -114,6 +114,21 @@ def test_cuda_aware_mpi_detection():
         D.cuda_aware_mpi(Old, {"SCIML_CUDA_AWARE_MPI": "maybe"})
 
 
+def test_cuda_aware_mpi_of_the_installed_mpi():
+    pytest.importorskip("mpi4py")
+    import ctypes
+    got = D.cuda_aware_mpi(env={})
+    assert isinstance(got, bool)
+    try:
+        sym = ctypes.CDLL(None).MPIX_Query_cuda_support
+    except AttributeError:
+        return
+    sym.restype = ctypes.c_int
+    from mpi4py import MPI
+    if not hasattr(MPI, "Query_cuda_support"):
+        assert got == bool(sym())  # the Open MPI extension's answer (0 for a build without CUDA)
+
+
 MPIRUN = __import__("shutil").which("mpirun")
 
 
