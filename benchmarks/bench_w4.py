@@ -12,6 +12,11 @@ batched tangents: all 321 basis vectors in one pass), and for comparison the per
 ``sm.hessian(batched=False)`` (one JVP of the gradient per column).
 
     python -m benchmarks.bench_w4 [--repeat 10] [--only W4a|W4b] [--no-peers] [--no-baselines]
+    python -m benchmarks.bench_w4 --interleaved 21      # W4b: sciml jit / eager / torch.func alternately
+
+``--interleaved N``: N rounds that each time the sciml jitted Hessian, the eager ``hessian_dense`` and
+torch.func's Hessian once, in turn, in one process (what survives a shared, loaded machine; for one core
+and one thread each: ``TI_CPU_MAX_NUM_THREADS=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 taskset -c 1``).
 """
 from __future__ import annotations
 
@@ -125,15 +130,85 @@ def w4b(repeat, fast=False):
     return out
 
 
+def w4b_interleaved(rounds):
+    """W4b: sciml jit / sciml eager / torch.func.hessian, one call each per round, same process."""
+    import time
+    sm = _sm()
+    from sciml.autodiff import curvature as CV
+    d = PC.w4b_inputs(0, np.float32)
+    x, y = sm.tensor(d["x"], "float32"), sm.tensor(d["y"], "float32")
+    sizes = d["sizes"]
+    theta = sm.tensor(d["theta"], "float32")
+
+    def loss_flat(th):
+        ps, k = [], 0
+        for i, o in zip(sizes[:-1], sizes[1:]):
+            ps.append(sm.reshape(th[k:k + i * o], (i, o)))
+            k += i * o
+            ps.append(th[k:k + o])
+            k += o
+        e = _mlp(sm, ps, x, sm.tanh) - y
+        return (e * e).mean()
+    hj = sm.jit(sm.hessian(loss_flat), fallback=False)
+    fns = {"sciml/W4b_hessian_jit": lambda: hj(theta).numpy(),
+           "sciml/W4b_hessian_dense_batched": lambda: CV.hessian_dense(loss_flat, theta).numpy()}
+    try:
+        import torch
+        from torch.func import hessian as thessian
+        tx, ty, tth = (torch.from_numpy(d[k]) for k in ("x", "y", "theta"))
+
+        def tloss(th):
+            h, k = tx, 0
+            for j, (i, o) in enumerate(zip(sizes[:-1], sizes[1:])):
+                w = th[k:k + i * o].view(i, o)
+                k += i * o
+                h = h @ w + th[k:k + o]
+                k += o
+                if j < len(sizes) - 2:
+                    h = torch.tanh(h)
+            e = h - ty
+            return (e * e).mean()
+        th_f = thessian(tloss)
+        fns["torch/W4b_full_hessian_321"] = lambda: th_f(tth).numpy()
+    except ImportError:
+        pass
+    Hs = {k: f().astype(np.float64) for k, f in fns.items()}
+    ref = Hs.get("torch/W4b_full_hessian_321", Hs["sciml/W4b_hessian_dense_batched"])
+    for f in fns.values():
+        for _ in range(3):
+            f()
+    ts = {k: [] for k in fns}
+    load0 = os.getloadavg()[0]
+    for _ in range(rounds):
+        for k, f in fns.items():
+            t = time.perf_counter()
+            f()
+            ts[k].append(time.perf_counter() - t)
+    load1 = os.getloadavg()[0]
+    res = [peers.make_result(k, v, max_diff_vs_ref=float(np.abs(Hs[k] - ref).max()), dtype="float32")
+           for k, v in ts.items()]
+    print(peers.format_table(res, f"W4b interleaved, {rounds} rounds, load average {load0:.1f} -> {load1:.1f}"))
+    tr = [r for r in res if r["name"].startswith("torch")]
+    for r in res:
+        if tr and r["name"].startswith("sciml"):
+            print(f"{r['name']}: median {r['median_s'] / tr[0]['median_s']:.2f}x, min "
+                  f"{r['min_s'] / tr[0]['min_s']:.2f}x torch.func")
+    return res
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--only", choices=["W4a", "W4b"])
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-baselines", action="store_true", help="skip the per-basis-vector Hessian paths")
+    ap.add_argument("--interleaved", type=int, metavar="ROUNDS", help="W4b only: alternate sciml jit / eager / "
+                    "torch.func per round in one process")
     _arch.add_argument(ap)
     a = ap.parse_args(argv)
     _arch.use(a.arch)
+    if a.interleaved:
+        return w4b_interleaved(a.interleaved)
     res = []
     tp = None if a.no_peers else peers.load_peer("torch")
     jp = None if a.no_peers else peers.load_peer("jax")

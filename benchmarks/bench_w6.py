@@ -12,9 +12,17 @@ sciml rows:
 - ``sciml/W6_newton_cg_ops``: ``sciml.optim.newton_cg`` (truncated CG on Hessian-vector products
   through the gradient's graph, SciPy's forcing term), the loss in sciml ops;
 - ``sciml/W6_newton_cg_dense_ops``: the same with ``hessian="dense"`` (H formed once per Newton
-  iteration by batched forward over reverse; the CG products are matrix-vector products).
+  iteration by batched forward over reverse; the CG products are matrix-vector products);
+- ``sciml/W6_newton_cg_ops_jit`` / ``sciml/W6_newton_cg_dense_ops_jit``: the two above with
+  ``jit=True`` (loss+gradient and the product / dense Hessian traced once per solve by
+  ``sciml.jit`` and replayed; tracing included in the time). On CPU at this size the CG loop
+  itself runs in numpy (``newton.HOST_CG_MAX``).
 
-    python -m benchmarks.bench_w6 [--repeat 3] [--no-peers]
+    python -m benchmarks.bench_w6 [--repeat 3] [--no-peers] [--only newton_cg ...]
+    python -m benchmarks.bench_w6 --interleaved 5     # Newton-CG rows and SciPy Newton-CG alternately
+
+``--interleaved N``: N rounds that each run SciPy's Newton-CG and every sciml Newton-CG row once, in
+turn, in one process (what survives a shared, loaded machine).
 """
 
 import argparse
@@ -97,7 +105,7 @@ def rosen_fused(sm):
     return P
 
 
-def run_sciml(repeat):
+def run_sciml(repeat, only=None):
     sm = _sm()
     from sciml.optim import lbfgs, newton_cg
     x0 = sm.tensor(PC.rosenbrock_x0())
@@ -107,11 +115,15 @@ def run_sciml(repeat):
                            ("sciml/W6_lbfgs_sm_fuse", lbfgs, rosen_sm_fuse(sm)),
                            ("sciml/W6_lbfgs_fused", lbfgs, rosen_fused(sm)),
                            ("sciml/W6_newton_cg_ops", newton_cg, rosen_ops(sm)),
-                           ("sciml/W6_newton_cg_dense_ops", newton_cg, rosen_ops(sm))):
+                           ("sciml/W6_newton_cg_dense_ops", newton_cg, rosen_ops(sm)),
+                           ("sciml/W6_newton_cg_ops_jit", newton_cg, rosen_ops(sm)),
+                           ("sciml/W6_newton_cg_dense_ops_jit", newton_cg, rosen_ops(sm))):
+        if only and not any(o in name for o in only):
+            continue
         kw = dict(gtol=GTOL, ftol=0.0, xtol=0.0, max_iter=100000)
         if fn is lbfgs:
             kw.update(history=10, max_eval=200000)
-        if name.endswith("dense_ops"):
+        if "dense_ops" in name:
             kw.update(hessian="dense")
         if name.endswith("_jit"):  # the loss in plain ops, traced once per solve (tracing included in the time)
             kw.update(jit=True)
@@ -131,14 +143,65 @@ def run_sciml(repeat):
     return res
 
 
+NEWTON_ROWS = (("sciml/W6_newton_cg_ops", {}), ("sciml/W6_newton_cg_dense_ops", {"hessian": "dense"}),
+               ("sciml/W6_newton_cg_ops_jit", {"jit": True}),
+               ("sciml/W6_newton_cg_dense_ops_jit", {"hessian": "dense", "jit": True}))
+
+
+def newton_interleaved(rounds):
+    import time
+    from scipy.optimize import minimize, rosen, rosen_der, rosen_hess_prod
+    sm = _sm()
+    from sciml.optim import newton_cg
+    x0n = PC.rosenbrock_x0()
+    x0 = sm.tensor(x0n)
+    f = rosen_ops(sm)
+
+    def scipy_run():
+        def cb(intermediate_result):
+            if np.linalg.norm(rosen_der(intermediate_result.x)) < GTOL:
+                raise StopIteration
+        r = minimize(rosen, x0n, method="Newton-CG", jac=rosen_der, hessp=rosen_hess_prod, callback=cb,
+                     options=dict(xtol=1e-12, maxiter=100000))
+        return r.nit, r.nfev, r.nhev
+    fns = {"scipy/W6_rosenbrock100_Newton-CG": scipy_run}
+    for name, extra in NEWTON_ROWS:
+        def run(extra=extra):
+            r = newton_cg(f, x0, gtol=GTOL, ftol=0.0, xtol=0.0, max_iter=100000, **extra)
+            return r.iterations, r.nfev, r.nhvp
+        fns[name] = run
+    counts = {k: fn() for k, fn in fns.items()}
+    ts = {k: [] for k in fns}
+    load0 = os.getloadavg()[0]
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            ts[k].append(time.perf_counter() - t)
+    load1 = os.getloadavg()[0]
+    res = [peers.make_result(k, v, nit=counts[k][0], nfev=counts[k][1], nhvp=counts[k][2]) for k, v in ts.items()]
+    print(peers.format_table(res, f"W6 Newton-CG interleaved, {rounds} rounds, load average {load0:.1f} -> {load1:.1f}"))
+    sp = res[0]
+    for r in res[1:]:
+        print(f"{r['name']}: median {r['median_s'] / sp['median_s']:.2f}x, min {r['min_s'] / sp['min_s']:.2f}x "
+              "SciPy Newton-CG")
+    return res
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--only", nargs="+", metavar="SUBSTR",
+                    help="sciml rows whose name contains one of these (e.g. newton_cg); peers unchanged")
+    ap.add_argument("--interleaved", type=int, metavar="ROUNDS",
+                    help="Newton-CG rows and SciPy Newton-CG alternately, ROUNDS rounds in one process")
     _arch.add_argument(ap)
     a = ap.parse_args(argv)
     _arch.use(a.arch)
-    res = run_sciml(a.repeat)
+    if a.interleaved:
+        return newton_interleaved(a.interleaved)
+    res = run_sciml(a.repeat, a.only)
     if not a.no_peers:
         tp = peers.load_peer("torch")
         if tp is not None:
@@ -160,6 +223,9 @@ def main(argv=None):
                 msg += f" (same-method peers: {', '.join(f'{n} {v}' for v, n in pe)})"
             if torch_t:
                 msg += f"; {r['median_s'] * 1e3:.0f} ms = {r['median_s'] / torch_t[0]:.2f}x torch LBFGS"
+            sp = [p["median_s"] for p in res if p["name"] == "scipy/W6_rosenbrock100_Newton-CG"]
+            if fam == "newton_cg" and sp:
+                msg += f", {r['median_s'] / sp[0]:.2f}x SciPy Newton-CG"
             print(msg)
     return res
 

@@ -24,7 +24,13 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
     if use_blas is None:
         use_blas = backend.on_host()
     if use_blas:
-        C.host_call(_host_matmul, a, b, out, batch, m, n, k, ta, tb, dtype, accumulate)
+        if C.TRACE[0] is not None and _blas.get_threads() == 1:
+            # traced inside a single-threaded block (a batched-tangent pass runs its many small GEMMs on one
+            # thread): the replay must too, or its GEMMs take the process-wide count (W4b replay under load
+            # 2 threads: 126 of 175 ms in GEMMs)
+            C.host_call(_host_matmul_1t, a, b, out, batch, m, n, k, ta, tb, dtype, accumulate)
+        else:
+            C.host_call(_host_matmul, a, b, out, batch, m, n, k, ta, tb, dtype, accumulate)
         return
     kern = C.cached(("gemm_nt", dtype), lambda: _build(dtype))
     # the kernel wants A as (m, k) and B as (n, k), both row-major ("B transposed": both operands
@@ -64,6 +70,12 @@ def _host_matmul(a, b, out, batch, m, n, k, ta, tb, dtype, accumulate):
     if tb:
         B = B.transpose(0, 2, 1)
     np.matmul(A, B, out=out[: batch * m * n].reshape(batch, m, n))
+
+
+def _host_matmul_1t(a, b, out, batch, m, n, k, ta, tb, dtype, accumulate):
+    """:func:`_host_matmul` with one GEMM thread (what a jit replay of a single-threaded trace runs)."""
+    with _blas.threads(1):
+        _host_matmul(a, b, out, batch, m, n, k, ta, tb, dtype, accumulate)
 
 
 def _transpose(x, batch: int, rows: int, cols: int, dtype: str):

@@ -29,10 +29,25 @@ from .lbfgs import _options, _run
 from .result import CurvatureOptimizer, Flat, IterInfo, Result, check_positive_int, budget_spent
 
 
+# CG on the host (numpy, float64 accumulation) for problems up to this size on CPU: at small n each
+# fused kernel launch (~8 us) and host read costs far more than the arithmetic (~1 us for a 100-dot)
+HOST_CG_MAX = 1 << 16
+
+
+def _host_cg(n):
+    return backend.on_host() and n <= HOST_CG_MAX
+
+
+def _seq_sum(v):
+    """Left-to-right float64 sum (the order of a serialized kernel's ``+=``; numpy's ``sum`` is pairwise)."""
+    return float(np.cumsum(v)[-1]) if v.size else 0.0
+
+
 class _NewtonCG:
-    def __init__(self, n, dt, cg_max, cg_tol, hessian="products"):
+    def __init__(self, n, dt, cg_max, cg_tol, hessian="products", jit_cache=None):
         self.n, self.dt, self.cg_max, self.cg_tol = n, dt, cg_max, cg_tol
         self.hessian = hessian
+        self.jit_cache = jit_cache
         self.out = backend.zeros(5, K.acc_dtype(dt))
         self.cg_iters = 0
 
@@ -58,6 +73,8 @@ class _NewtonCG:
         return backend.to_numpy(self.out, (5,), K.acc_dtype(self.dt)).astype(float).tolist()
 
     def direction(self, prob, x, g, d):
+        if _host_cg(self.n):
+            return self._direction_host(prob, x, g, d)
         n, dt = self.n, self.dt
         acc = K.acc_dtype(dt)
         st = self._dots(g, g)
@@ -70,7 +87,7 @@ class _NewtonCG:
         q = backend.empty(n, dt)
         K.axpy(r, 0.0, r, q, n, dt)                        # search direction q = r
         rr = gg
-        hvp = _hvp_operator(prob, x, self.hessian)
+        hvp = _hvp_operator(prob, x, self.hessian, self.jit_cache)
         for j in range(self.cg_max):
             Hq = hvp(q)
             self.cg_iters += 1
@@ -92,6 +109,47 @@ class _NewtonCG:
             rr = rr_new
         K.axpy(p, 0.0, p, d, n, dt)
 
+    def _direction_host(self, prob, x, g, d):
+        """The same truncated CG as :meth:`direction` with the vector algebra in numpy (float64), for
+        small problems on CPU: per CG iteration one product and a few microseconds of numpy instead of
+        four kernel launches and two host reads. Sums accumulate left to right (``cumsum``), as the
+        serialized CPU kernels do, so with Hessian-vector products the iterates are the kernel path's
+        bit for bit (the dense products are a numpy matvec: last-bit differences)."""
+        n = self.n
+        gn = np.asarray(g[:n], dtype=np.float64)
+        g1 = _seq_sum(np.abs(gn))
+        eta = self.cg_tol if self.cg_tol is not None else min(0.5, math.sqrt(g1)) * g1
+        p = np.zeros(n)
+        r = -gn
+        q = r.copy()
+        rr = _seq_sum(gn * gn)
+        hvp = _hvp_operator(prob, x, self.hessian, self.jit_cache, host=True)
+        qbuf = np.empty(n, dtype=np.dtype(self.dt))
+        eps3 = 3 * np.finfo(np.float64).eps
+        for j in range(self.cg_max):
+            qbuf[:] = q
+            Hq = np.asarray(hvp(qbuf)[:n], dtype=np.float64)
+            self.cg_iters += 1
+            qHq = _seq_sum(q * Hq)
+            if 0 <= qHq <= eps3:                           # zero curvature: keep p
+                if j == 0:
+                    p[:] = q
+                break
+            if qHq < 0:                                    # negative curvature
+                if j == 0:                                 # steepest descent, scaled by |g|^2/|g.Hg|
+                    p = q + (rr / -qHq - 1.0) * q
+                break
+            alpha = rr / qHq
+            p += alpha * q
+            r -= alpha * Hq
+            rr_new = _seq_sum(r * r)
+            if (math.sqrt(rr_new) if self.cg_tol is not None else _seq_sum(np.abs(r))) <= eta:
+                break
+            q *= rr_new / rr
+            q += r                                         # q = r + beta q
+            rr = rr_new
+        d[:n] = p
+
     def push(self, V, x_new, x, g_new, g):
         return _max_abs_diff(V, x_new, x)
 
@@ -101,8 +159,81 @@ def _max_abs_diff(V, a, b):
     return V.dots(t, t, t)[3]
 
 
-def _hvp_operator(prob, x, hessian):
+def _hvp_operator(prob, x, hessian, jit_cache=None, host=False):
+    """``v -> H v`` at ``x`` on flat buffers: through the recorded gradient graph (``products``), a dense H
+    formed once (``dense``), or, with ``jit_cache`` (a dict; ``jit=True``), by replays of a traced
+    product / dense Hessian function (:func:`sciml.jit`). ``host``: the caller passes and reads numpy
+    buffers (CPU), so a dense H may stay a numpy matrix."""
+    if jit_cache is not None:
+        return _jit_operator(prob, x, hessian, jit_cache, host)
+    if hessian == "dense" and host:  # H stays a numpy matrix: each product is a numpy matvec
+        from ..autodiff.curvature import hessian_dense
+        H = hessian_dense(lambda p: prob._f(*p), tuple(prob.leaves(x)))
+        prob.ngev += 1
+        return _counted_matvec(prob, H)
     return prob.dense_hessian_operator(x) if hessian == "dense" else prob.hvp_operator(x)
+
+
+def _counted_matvec(prob, H):
+    """``v -> H v`` on host buffers for a dense (n, n) Tensor H, as a numpy float64 matvec (BLAS gemv,
+    ~5 us at n = 100; the GEMM call that ``sm.matmul`` makes for a vector costs ~60 us here). Its rounding
+    differs from ``sm.matmul``'s in the last bits: W6 takes 207 iterations instead of 206."""
+    n, dt = prob.n, np.dtype(prob.dtype)
+    h = np.asarray(H.numpy(), dtype=np.float64)
+
+    def op(vbuf):
+        prob.nhvp += 1
+        return (h @ np.asarray(vbuf[:n], dtype=np.float64)).astype(dt, copy=False)
+    return op
+
+
+def _flat_loss(prob):
+    """The loss as a function of ONE flat Tensor (leaves sliced out by ops, so tangents and traces pass)."""
+    from ..autodiff.ops import getitem, reshape
+    shapes, offs = prob.shapes, prob.offsets
+
+    def f(xf):
+        if len(shapes) == 1:
+            return prob._f(reshape(xf, shapes[0]) if shapes[0] != (prob.n,) else xf)
+        return prob._f(*[reshape(getitem(xf, slice(a, b)), s) for a, b, s in zip(offs, offs[1:], shapes)])
+    return f
+
+
+def _jit_functions(prob, jit_cache):
+    """Traced (``sciml.jit``) flat Hessian-vector product and dense Hessian of ``prob``'s loss, kept in
+    ``jit_cache`` across Newton iterations (and across ``step`` calls of a shell) while the loss
+    function, shapes and dtype stay the same."""
+    key = (prob.loss_fn, tuple(prob.shapes), prob.dtype, repr(prob.treedef))
+    if jit_cache.get("hkey") != key:
+        from ..autodiff.jit import jit
+        from ..autodiff import transforms as T
+        from ..autodiff.curvature import hvp
+        f = _flat_loss(prob)
+        jit_cache.update(hkey=key, hvp=jit(lambda xf, vf: hvp(f, xf, vf)),
+                         hess=jit(lambda xf: T.hessian(f)(xf)))
+    return jit_cache["hvp"], jit_cache["hess"]
+
+
+def _jit_operator(prob, x, hessian, jit_cache, host):
+    hv, hess = _jit_functions(prob, jit_cache)
+    xt = prob.tensor(x)
+    if hessian == "dense":
+        H = hess(xt)
+        prob.ngev += 1
+        if host:
+            return _counted_matvec(prob, H)
+        from ..autodiff.ops import matmul
+
+        def op(vbuf):
+            prob.nhvp += 1
+            return matmul(H, prob.tensor(vbuf))._buf
+        return op
+    prob.ngev += 1
+
+    def op(vbuf):
+        prob.nhvp += 1
+        return hv(xt, prob.tensor(vbuf))._buf
+    return op
 
 
 def _hessian_mode(where, hessian, n):
@@ -148,7 +279,7 @@ class _DenseNewton(_NewtonCG):
 
 def newton_cg(loss_fn, params, *, cg_max=None, cg_tol=None, max_iter=200, max_eval=None, gtol=1e-7, ftol=1e-12,
               xtol=1e-12, c1=1e-4, c2=0.9, max_ls=25, callback=None, globalization="line_search", delta0=None,
-              delta_max=1e3, hessian="products"):
+              delta_max=1e3, hessian="products", jit=False):
     """Minimise ``loss_fn(params)`` by truncated Newton-CG on Hessian-vector products.
 
     Args:
@@ -162,6 +293,10 @@ def newton_cg(loss_fn, params, *, cg_max=None, cg_tol=None, max_iter=200, max_ev
             iteration (batched forward over reverse) and each CG product is a matrix-vector
             product. Same iterates; "dense" is faster when n is small (a few hundred) and CG
             takes many iterations, and uses n x (intermediate sizes) memory while forming H.
+        jit: trace the loss-and-gradient evaluation and the Hessian product (``products``) or the
+            dense Hessian (``dense``) once with :func:`sciml.jit` and replay them (tracing included in
+            the first call; the loss's Python control flow is fixed at trace, as for ``jax.jit``).
+            Same iterates as eager up to rounding.
         Others as in :func:`sciml.optim.lbfgs.lbfgs` (``max_eval`` counts loss+gradient
         evaluations of the line search; HVPs are reported in ``result.nhvp``).
     Example:
@@ -169,12 +304,19 @@ def newton_cg(loss_fn, params, *, cg_max=None, cg_tol=None, max_iter=200, max_ev
     """
     o = _options("newton_cg", 1, max_iter, max_eval if max_eval is not None else 10 * max_iter,
                  gtol, ftol, xtol, 1.0, c1, c2, max_ls)
-    prob = Flat(loss_fn, params, "newton_cg")
+    jc = {} if _check_jit("newton_cg", jit) else None
+    prob = Flat(loss_fn, params, "newton_cg", jit=jc is not None, jit_cache=jc)
     cgm = _cg_max("newton_cg", cg_max, prob.n)
     hm = _hessian_mode("newton_cg", hessian, prob.n)
     if _globalization("newton_cg", globalization) == "trust_region":
-        return _trust_region_run(prob, o, callback, cgm, cg_tol, delta0, delta_max, hm)
-    return _run(prob, o, callback, None, lambda n, dt: _NewtonCG(n, dt, cgm, cg_tol, hm))[0]
+        return _trust_region_run(prob, o, callback, cgm, cg_tol, delta0, delta_max, hm, jc)
+    return _run(prob, o, callback, None, lambda n, dt: _NewtonCG(n, dt, cgm, cg_tol, hm, jc))[0]
+
+
+def _check_jit(where, jit):
+    if not isinstance(jit, (bool, np.bool_)):
+        raise TypeError(f"{where}: jit must be True or False; got {jit!r}.")
+    return bool(jit)
 
 
 def _globalization(where, g):
@@ -215,7 +357,8 @@ class NewtonCG(CurvatureOptimizer):
 
     def __init__(self, params=None, *, cg_max=None, cg_tol=None, max_iter=20, max_eval=None, gtol=1e-7,
                  ftol=1e-12, xtol=1e-12, c1=1e-4, c2=0.9, max_ls=25, callback=None, globalization="line_search",
-                 delta0=None, delta_max=1e3, hessian="products"):
+                 delta0=None, delta_max=1e3, hessian="products", jit=False):
+        self._jit_cache = {} if _check_jit("NewtonCG", jit) else None
         if hessian not in ("products", "dense"):
             _hessian_mode("NewtonCG", hessian, 0)
         self._hessian = hessian
@@ -228,13 +371,15 @@ class NewtonCG(CurvatureOptimizer):
         super().__init__(params)
 
     def _minimize(self, loss_fn, values):
-        prob = Flat(loss_fn, values, "NewtonCG.step")
+        jc = self._jit_cache
+        prob = Flat(loss_fn, values, "NewtonCG.step", jit=jc is not None, jit_cache=jc)
         cgm = _cg_max("NewtonCG", self._cg[0], prob.n)
         hm = _hessian_mode("NewtonCG.step", self._hessian, prob.n)
         if self._tr[0] == "trust_region":
-            return _trust_region_run(prob, self._opts, self._callback, cgm, self._cg[1], self._tr[1], self._tr[2], hm)
+            return _trust_region_run(prob, self._opts, self._callback, cgm, self._cg[1], self._tr[1], self._tr[2],
+                                     hm, jc)
         return _run(prob, self._opts, self._callback, None,
-                    lambda n, dt: _NewtonCG(n, dt, cgm, self._cg[1], hm))[0]
+                    lambda n, dt: _NewtonCG(n, dt, cgm, self._cg[1], hm, jc))[0]
 
 
 class Newton(CurvatureOptimizer):
@@ -302,7 +447,7 @@ def _steihaug(prob, hvp, x, g, gnorm, delta, cg_max, eta, n, dt):
     return z, False
 
 
-def _trust_region_run(prob, o, callback, cg_max, cg_tol, delta0, delta_max, hessian="products"):
+def _trust_region_run(prob, o, callback, cg_max, cg_tol, delta0, delta_max, hessian="products", jit_cache=None):
     where, n, dt = o["where"], prob.n, prob.dtype
     acc = K.acc_dtype(dt)
     out = backend.zeros(5, acc)
@@ -324,7 +469,7 @@ def _trust_region_run(prob, o, callback, cg_max, cg_tol, delta0, delta_max, hess
         if reason is not None:
             break
         eta = cg_tol if cg_tol is not None else min(0.5, math.sqrt(gnorm)) * gnorm
-        hvp = _hvp_operator(prob, x, hessian)  # one graph (or one dense H) per iteration
+        hvp = _hvp_operator(prob, x, hessian, jit_cache)  # one graph (or one dense H) per iteration
         p, boundary = _steihaug(prob, hvp, x, g, gnorm, delta, cg_max, eta, n, dt)
         Hp = hvp(p)
         gp = dots(p, g, g)[0]

@@ -1,0 +1,106 @@
+"""Newton-CG's fast paths: the CG loop in numpy on CPU (small n) and ``jit=True`` (traced product /
+dense Hessian replays) give the iterates of the kernel path, counted the same way."""
+import numpy as np
+import pytest
+
+import sciml as sm
+import importlib
+
+N = importlib.import_module("sciml.optim.newton")
+from sciml.optim.newton import NewtonCG, newton_cg
+
+sm.init(arch="cpu", dtype="float64")
+
+
+def rosen(x):
+    return (100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2).sum()
+
+
+def rosen_grad(x):
+    g = np.zeros_like(x)
+    g[:-1] = -400.0 * x[:-1] * (x[1:] - x[:-1] ** 2) - 2.0 * (1.0 - x[:-1])
+    g[1:] += 200.0 * (x[1:] - x[:-1] ** 2)
+    return g
+
+
+def x0(n):
+    x = np.ones(n)
+    x[::2] = -1.2
+    return x
+
+
+KW = dict(gtol=1e-8, ftol=0.0, xtol=0.0, max_iter=500)
+
+
+def run(monkeypatch, host, **kw):
+    monkeypatch.setattr(N, "HOST_CG_MAX", 1 << 16 if host else 0)
+    return newton_cg(rosen, sm.tensor(x0(4)), **KW, **kw)
+
+
+@pytest.mark.parametrize("hessian", ["products", "dense"])
+def test_host_cg_same_iterates_as_kernel_cg(monkeypatch, hessian):
+    a = run(monkeypatch, False, hessian=hessian)
+    b = run(monkeypatch, True, hessian=hessian)
+    assert a.success and b.success
+    assert (a.iterations, a.nfev, a.nhvp) == (b.iterations, b.nfev, b.nhvp)
+    if hessian == "products":  # sums left to right as the serialized kernels: the same bits
+        np.testing.assert_array_equal(b.params.numpy(), a.params.numpy())
+        assert b.loss == a.loss
+    else:  # the dense product is a numpy matvec on the host: last-bit differences
+        np.testing.assert_allclose(b.params.numpy(), a.params.numpy(), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(b.params.numpy(), np.ones(4), atol=1e-7)
+
+
+@pytest.mark.parametrize("hessian", ["products", "dense"])
+def test_jit_same_iterates_as_eager(monkeypatch, hessian):
+    a = run(monkeypatch, True, hessian=hessian)
+    b = run(monkeypatch, True, hessian=hessian, jit=True)
+    assert b.success and b.reason == "gtol"
+    assert (a.iterations, a.nfev, a.nhvp, a.ngev) == (b.iterations, b.nfev, b.nhvp, b.ngev)
+    np.testing.assert_allclose(b.params.numpy(), a.params.numpy(), rtol=0, atol=1e-9)
+    assert np.linalg.norm(rosen_grad(b.params.numpy())) <= 1e-8
+
+
+def test_jit_kernel_cg_path_and_trust_region(monkeypatch):
+    # the device-style CG (fused kernels) with jitted products, and Steihaug-CG with a jitted dense H
+    a = run(monkeypatch, False)
+    b = run(monkeypatch, False, jit=True)
+    assert (a.iterations, a.nfev, a.nhvp) == (b.iterations, b.nfev, b.nhvp)
+    c = newton_cg(rosen, sm.tensor(x0(4)), gtol=1e-8, globalization="trust_region")
+    d = newton_cg(rosen, sm.tensor(x0(4)), gtol=1e-8, globalization="trust_region", jit=True, hessian="dense")
+    assert c.success and d.success
+    assert abs(c.iterations - d.iterations) <= 1
+    np.testing.assert_allclose(d.params.numpy(), np.ones(4), atol=1e-7)
+
+
+def test_jit_pytree_params_and_shell_traces_once():
+    w = {"a": sm.tensor(np.array([[0.5, -1.0], [2.0, 0.3]])), "b": sm.tensor(np.array([1.0, -2.0, 0.5]))}
+    target = np.arange(7.0) / 7.0
+
+    def loss(p):
+        z = sm.concat([p["a"].reshape((-1,)), p["b"]])
+        return ((z - sm.tensor(target)) ** 4).sum() + ((z - sm.tensor(target)) ** 2).sum()
+    r0 = newton_cg(loss, w, gtol=1e-9)
+    r1 = newton_cg(loss, w, gtol=1e-9, jit=True, hessian="dense")
+    assert r1.success
+    np.testing.assert_allclose(r1.params["a"].numpy(), r0.params["a"].numpy(), atol=1e-7)
+    np.testing.assert_allclose(r1.params["b"].numpy(), target[4:], atol=1e-6)
+
+    from sciml.models.module import Parameter
+    params = {k: Parameter(v) for k, v in w.items()}
+    opt = NewtonCG(list(params.values()), max_iter=2, jit=True)
+    opt.step(lambda p: loss({"a": p[0], "b": p[1]}))
+    opt.step(lambda p: loss({"a": p[0], "b": p[1]}))  # a new lambda: new key, retraced (not reused)
+    fn = lambda p: loss({"a": p[0], "b": p[1]})  # noqa: E731
+    opt.step(fn)
+    hv = opt._jit_cache["hvp"]
+    opt.step(fn)
+    assert opt._jit_cache["hvp"] is hv and hv.stats["traces"] == 1
+    np.testing.assert_allclose(params["b"].numpy(), target[4:], atol=1e-6)
+
+
+def test_jit_argument_checked():
+    with pytest.raises(TypeError, match="jit must be True or False"):
+        newton_cg(rosen, sm.tensor(x0(4)), jit="yes")
+    with pytest.raises(TypeError, match="jit must be True or False"):
+        NewtonCG(jit=1)
