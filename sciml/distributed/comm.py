@@ -119,10 +119,24 @@ def init(backend: str = "auto", timeout: float | None = None, on_timeout: str = 
             _install_excepthook()
         if threads == "auto":  # mpirun binds each rank to a core by default when ranks <= cores
             threads = _auto_threads(_G.comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size())
+        _bind_device()
     _G.initialized = True
     if threads not in (None, "auto"):
         _limit_threads(int(threads))
     return _G.rank, _G.size
+
+
+def _bind_device():
+    """One GPU per rank (sciml/distributed/devices.py): narrow CUDA_VISIBLE_DEVICES to this rank's GPU
+    before Taichi starts, so ranks of a node do not all run on GPU 0. Nothing happens when no GPU is
+    visible, when Taichi has already started (then the user's own choice stands), or with
+    SCIML_BIND_DEVICE=0."""
+    from .. import runtime
+    from . import devices
+    if os.environ.get("SCIML_BIND_DEVICE", "1") == "0" or runtime.is_initialized():
+        return
+    if devices.local_rank() is not None:
+        devices.bind_local_device("cuda", required=False)
 
 
 def _auto_threads(local_ranks: int) -> int:

@@ -149,3 +149,25 @@ def test_two_ranks_under_mpirun_pick_different_devices():
     assert r.returncode == 0, f"mpirun failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
     lines = sorted(l.split()[1:] for l in r.stdout.splitlines() if l.startswith("DEV"))
     assert lines == [["0", "2", "0"], ["1", "2", "1"]]
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not found (OpenMPI); .ci/run installs it")
+def test_dist_init_binds_each_rank_to_its_own_gpu():
+    # sciml.distributed.init() under mpirun narrows CUDA_VISIBLE_DEVICES to the rank's device (before Taichi)
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = ("import os, sciml.distributed as dist; r, n = dist.init(); "
+            "print('DEV', r, os.environ.get('CUDA_VISIBLE_DEVICES'))")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", CUDA_VISIBLE_DEVICES="0,1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([MPIRUN, "-np", "2", sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, f"mpirun failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    lines = sorted(l.split()[1:] for l in r.stdout.splitlines() if l.startswith("DEV"))
+    assert lines == [["0", "0"], ["1", "1"]]
+    env["SCIML_BIND_DEVICE"] = "0"
+    r = subprocess.run([MPIRUN, "-np", "2", sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert sorted(l.split()[1:] for l in r.stdout.splitlines() if l.startswith("DEV")) == [["0", "0,1"], ["1", "0,1"]]
