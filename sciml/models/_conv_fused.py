@@ -58,3 +58,45 @@ def _jvp(ts, y, b, out, shape):
 def conv_epilogue(y, b, shape):
     """(N, O, Ho, Wo) images from the GEMM rows y (N*Ho*Wo, O) plus the bias b (O,); ``shape`` = (N, Ho, Wo)."""
     return _epi(y, b, shape=tuple(shape))
+
+
+# --- 2-D pooling: one kernel forward, one backward (sciml/kernels/pool.py) ----------------------------------
+def _pool_fwd(x, mode, k, s, p, out_hw, composed):
+    from ..kernels import pool as KP
+    N, Cc, H, W = x.shape
+    Ho, Wo = out_hw
+    y = backend.empty(max(N * Cc * Ho * Wo, 1), x.dtype)
+    if N * Cc * Ho * Wo:
+        KP.pool2d(mode, x._buf, y, N * Cc, H, W, Ho, Wo, k, s, p, x.dtype)
+    return y, (N, Cc, Ho, Wo), x.dtype
+
+
+_pool = Primitive("pool2d", _pool_fwd)
+
+
+@_pool.def_vjp
+def _pool_vjp(g, x, out, mode, k, s, p, out_hw, composed):
+    if is_grad_enabled() or any(t._tangents for t in (g, x, out)):
+        from ..autodiff.transforms import vjp
+        _, pull = vjp(composed, x)
+        return tuple(pull(g, create_graph=is_grad_enabled()))
+    from ..kernels import pool as KP
+    N, Cc, H, W = x.shape
+    gx = backend.empty(max(x.size, 1), x.dtype)
+    if x.size:
+        KP.pool2d_vjp(mode, x._buf, g._buf, gx, N * Cc, H, W, out_hw[0], out_hw[1], k, s, p, x.dtype)
+    return (Tensor._make(gx, x.shape, x.dtype),)
+
+
+@_pool.def_jvp
+def _pool_jvp(ts, x, out, mode, k, s, p, out_hw, composed):
+    from ..autodiff.transforms import jvp
+    return jvp(composed, (x,), (ts[0],))[1]
+
+
+def pool2d(x, mode, k, s, p, composed):
+    """max / mean pooling of x (N, C, H, W) over kh x kw windows (k, s, p: pairs, already checked) in one kernel;
+    ``composed`` (x -> the same pooling in sciml ops) differentiates the recorded backward passes and tangents."""
+    Ho = (x.shape[2] + 2 * p[0] - k[0]) // s[0] + 1
+    Wo = (x.shape[3] + 2 * p[1] - k[1]) // s[1] + 1
+    return _pool(x, mode=mode, k=tuple(k), s=tuple(s), p=tuple(p), out_hw=(Ho, Wo), composed=composed)

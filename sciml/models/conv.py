@@ -181,10 +181,19 @@ def _pool(x, name, kernel_size, stride, padding, pad_value, reduce):
     ph, pw = _pair(f"{name}(padding)", padding, 0)
     if 2 * ph > kh or 2 * pw > kw:
         raise ValueError(f"{name}: padding {(ph, pw)} must be at most half the kernel size {(kh, kw)}.")
-    cols = unfold(x, (kh, kw), stride, (ph, pw), pad_value)       # (N, Ho, Wo, C, kh, kw)
-    N, Ho, Wo, Cc = cols.shape[:4]
-    r = reduce(reshape(cols, (N, Ho, Wo, Cc, kh * kw)), -1)
-    return transpose(r, (0, 3, 1, 2))
+    if x.shape[2] + 2 * ph < kh or x.shape[3] + 2 * pw < kw:
+        raise ValueError(f"{name}: the {kh}x{kw} kernel is larger than the padded image "
+                         f"{x.shape[2] + 2 * ph}x{x.shape[3] + 2 * pw} (x has shape {x.shape}).")
+
+    def composed(x):
+        cols = unfold(x, (kh, kw), stride, (ph, pw), pad_value)       # (N, Ho, Wo, C, kh, kw)
+        N, Ho, Wo, Cc = cols.shape[:4]
+        r = reduce(reshape(cols, (N, Ho, Wo, Cc, kh * kw)), -1)
+        return transpose(r, (0, 3, 1, 2))
+    if x.dtype in ("float32", "float64") and x.size:
+        from ._conv_fused import pool2d       # one kernel forward, one backward; composed for higher orders
+        return pool2d(x, "max" if reduce is _max else "avg", (kh, kw), stride, (ph, pw), composed)
+    return composed(x)
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0):

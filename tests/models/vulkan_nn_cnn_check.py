@@ -1,0 +1,65 @@
+"""Vulkan float32 pass over the fused conv-net / MLP kernels (run in its own process by test_nn_speed_fused.py):
+max / average pooling forward and backward against numpy loops. Exits non-zero naming the failing check."""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import sciml as sm  # noqa: E402
+
+R = np.random.default_rng(0)
+fails = []
+
+
+def check(name, got, want, tol=2e-4):
+    got = got.numpy() if hasattr(got, "numpy") else np.asarray(got)
+    try:
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    except AssertionError as e:
+        fails.append(f"{name}: {e}")
+
+
+def pool_ref(x, k, s, p, mode, g):
+    """Pooling of x (N, C, H, W) and its adjoint applied to g, in float64 loops (ties: equal shares)."""
+    N, Cc, H, W = x.shape
+    fill = -np.inf if mode == "max" else 0.0
+    xp = np.full((N, Cc, H + 2 * p, W + 2 * p), fill)
+    xp[:, :, p:p + H, p:p + W] = x
+    Ho, Wo = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    y, gx = np.zeros((N, Cc, Ho, Wo)), np.zeros_like(xp)
+    for r in range(Ho):
+        for c in range(Wo):
+            win = xp[:, :, r * s:r * s + k, c * s:c * s + k]
+            if mode == "max":
+                m = win.max((2, 3), keepdims=True)
+                hit = (win == m).astype(float)
+                y[:, :, r, c] = m[:, :, 0, 0]
+                gx[:, :, r * s:r * s + k, c * s:c * s + k] += hit / hit.sum((2, 3), keepdims=True) * \
+                    g[:, :, r, c][:, :, None, None]
+            else:
+                y[:, :, r, c] = win.mean((2, 3))
+                gx[:, :, r * s:r * s + k, c * s:c * s + k] += g[:, :, r, c][:, :, None, None] / (k * k)
+    return y, gx[:, :, p:p + H, p:p + W]
+
+
+def main():
+    assert sm.init(arch="vulkan", dtype="float32", seed=0) == "vulkan"
+    from sciml.models.conv import avg_pool2d, max_pool2d
+    f = np.float32
+    for k, s, p in ((2, 2, 0), (3, 2, 1), (3, 1, 1)):
+        x = R.integers(-3, 4, size=(2, 3, 7, 8)).astype(f)   # ties
+        for mode, fn in (("max", max_pool2d), ("avg", avg_pool2d)):
+            y, pull = sm.vjp(lambda x: fn(x, k, s, p), sm.tensor(x))
+            g = R.normal(size=y.shape).astype(f)
+            yr, gr = pool_ref(x.astype(float), k, s, p, mode, g.astype(float))
+            check(f"{mode}_pool2d({k}, {s}, {p}) forward", y, yr)
+            check(f"{mode}_pool2d({k}, {s}, {p}) backward", pull(sm.tensor(g))[0], gr)
+    if fails:
+        print("\n".join(fails))
+        sys.exit(1)
+    print("OK vulkan nn cnn")
+
+
+if __name__ == "__main__":
+    main()
