@@ -150,8 +150,21 @@ class Sequential(Module):
         self.layers = list(layers)
 
     def forward(self, x):
-        for layer in self.layers:
+        layers = self.layers
+        i, n = 0, len(layers)
+        while i < n:
+            layer = layers[i]
+            if type(layer) is Linear and i + 1 < n:
+                plan = _epilogue_plan(layers, i + 1)
+                if plan is not None:
+                    act, drop, used = plan
+                    y = _fused_linear(layer, x, act, drop)
+                    if y is not None:
+                        x = y
+                        i += 1 + used
+                        continue
             x = layer(x)
+            i += 1
         return x
 
     def __getitem__(self, i):
@@ -163,6 +176,36 @@ class Sequential(Module):
     def append(self, layer):
         self.layers.append(layer)
         return self
+
+
+def _epilogue_plan(layers, i):
+    """(activation name, Dropout or None, modules used) when layers[i:] starts with an activation module
+    and / or a Dropout that :func:`~sciml.models._dense_fused.epilogue` computes with the Linear before them
+    (exact types only: a subclass may override forward), else None."""
+    from . import activations as A
+    from .norm import Dropout
+    acts = {A.ReLU: "relu", A.Tanh: "tanh", A.Sigmoid: "sigmoid", A.SiLU: "silu"}
+    act, used = acts.get(type(layers[i])), 0
+    if act is not None:
+        used = 1
+    else:
+        act = "identity"
+    drop = layers[i + used] if i + used < len(layers) and type(layers[i + used]) is Dropout else None
+    if drop is not None:
+        used += 1
+    return (act, drop, used) if used else None
+
+
+def _fused_linear(layer, x, act, drop):
+    """dropout(act(layer(x))) as one GEMM and one epilogue kernel, or None when the dtypes do not allow it."""
+    x = layer._check(x)
+    W, b = layer.weight, layer.bias
+    if not isinstance(W, Tensor) or W.dtype not in ("float32", "float64") or x.dtype != W.dtype or \
+            (b is not None and (not isinstance(b, Tensor) or b.dtype != W.dtype or b.ndim != 1)):
+        return None
+    p, state = drop._stream() if drop is not None else (0.0, None)
+    from ._dense_fused import epilogue
+    return epilogue(matmul(x, W), b, act, p, state)
 
 
 class Flatten(Module):

@@ -246,7 +246,19 @@ class Dropout(Module):
         if self.rng_state.shape != (6,):
             raise ValueError(f"Dropout: rng_state has shape {self.rng_state.shape}; expected (6,) (a stream saved by "
                              "an older sciml cannot be continued: load the state dict without it, strict=False).")
+        if x.dtype in ("float32", "float64"):
+            from ._dense_fused import epilogue   # mask, counter advance and product in one kernel; adjoint one
+            return epilogue(x, None, "identity", self.p, self.rng_state)
         return x * _dropout_mask(self.rng_state, shape=x.shape, dtype=x.dtype, p=self.p)
+
+    def _stream(self):
+        """(p, rng_state) when this layer drops (train mode, p > 0), else (0.0, None); checks the state."""
+        if not self.training or self.p == 0:
+            return 0.0, None
+        if self.rng_state.shape != (6,):
+            raise ValueError(f"Dropout: rng_state has shape {self.rng_state.shape}; expected (6,) (a stream saved by "
+                             "an older sciml cannot be continued: load the state dict without it, strict=False).")
+        return self.p, self.rng_state
 
     def extra_repr(self):
         return f"p={self.p}"

@@ -1,5 +1,6 @@
 """Fused kernels of the conv-net and MLP training steps (issue 16, item 6): 2-D max / average pooling as one
-kernel forward and one backward (sciml/kernels/pool.py).
+kernel forward and one backward (sciml/kernels/pool.py); the dense epilogue dropout(act(h + b)) as one kernel each
+way (sciml/models/_dense_fused.py), which Sequential uses for Linear -> activation -> Dropout and Dropout alone.
 
 Each is checked in float64 against finite differences to second order, fused == composed (the im2col route,
 which the recorded higher-order rules use), and against PyTorch where installed; the Vulkan float32 pass runs
@@ -87,6 +88,143 @@ def test_pool_layers_and_1d_use_the_fused_path_and_train():
 def test_pool_too_large_window_is_a_clear_error():
     with pytest.raises(ValueError, match=r"max_pool2d: the 3x3 kernel is larger than the padded image 2x2"):
         max_pool2d(sm.ones((1, 1, 2, 2)), 3)
+
+
+# --- the dense epilogue ------------------------------------------------------------------------------------
+ACTS = ["identity", "relu", "tanh", "sigmoid", "silu"]
+
+
+def _stream(p, seed=5):
+    from sciml.models import Dropout
+    return Dropout(p, seed=seed).rng_state
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("bias, p", [(True, 0.0), (True, 0.3), (False, 0.3)])
+def test_epilogue_fused_equals_composed_and_draws_dropouts_mask(act, bias, p):
+    from sciml.models._dense_fused import epilogue, epilogue_composed
+    from sciml.models.norm import _dropout_mask
+    h = sm.tensor(R.normal(size=(6, 20)))
+    h = sm.tensor(np.where(R.random((6, 20)) < 0.1, 0.0, h.numpy()))   # relu's kink: derivative 0 at 0
+    b = sm.tensor(R.normal(size=20)) if bias else None
+    ins = (h, b) if bias else (h,)
+    ref_state, state = _stream(p), _stream(p)
+    mask = _dropout_mask(ref_state, shape=h.shape, dtype=h.dtype, p=p) if p else None   # the unfused mask kernel
+    y, pull = sm.vjp(lambda *a: epilogue(a[0], a[1] if bias else None, act, p, state if p else None), *ins)
+    yc, pullc = sm.vjp(lambda *a: epilogue_composed(a[0], a[1] if bias else None, act, mask), *ins)
+    np.testing.assert_allclose(y.numpy(), yc.numpy(), rtol=1e-14, atol=1e-15)
+    np.testing.assert_array_equal(state.numpy(), ref_state.numpy())   # the counter advanced once, as Dropout's
+    u = sm.tensor(R.normal(size=y.shape))
+    for a, c in zip(pull(u), pullc(u)):
+        np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_epilogue_derivatives_second_order(act):
+    from sciml.models._dense_fused import epilogue
+    h, b = sm.tensor(R.normal(size=(4, 5))), sm.tensor(R.normal(size=5))
+    state = _stream(0.3)
+    start = state.numpy().copy()
+
+    def f(h, b):
+        state._assign(start)   # the same mask on every evaluation (finite differences)
+        return epilogue(h, b, act, 0.3, state)
+    check_grads(f, (h, b), order=2)
+
+
+def test_epilogue_nan_propagates():
+    from sciml.models._dense_fused import epilogue
+    a = R.normal(size=(3, 4))
+    a[1, 2] = np.nan
+    for act in ACTS:
+        y, pull = sm.vjp(lambda h: epilogue(h, None, act), sm.tensor(a))
+        assert np.isnan(y.numpy()[1, 2]) and np.isfinite(np.delete(y.numpy().ravel(), 6)).all()
+        g = pull(sm.ones((3, 4)))[0].numpy()
+        assert np.isnan(g[1, 2]) == (act != "identity")
+
+
+def _mlp(cls, act_cls, p, seed=0):
+    from sciml.models import Dropout, Linear
+    return cls(Linear(4, 8, seed=seed), act_cls(), Dropout(p, seed=3), Linear(8, 8, seed=seed + 1), act_cls(),
+               Linear(8, 2, seed=seed + 2), Dropout(p, seed=4))
+
+
+def _plain_cls():
+    from sciml.models import Sequential
+
+    class Plain(Sequential):   # module by module: no fusion
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+    return Plain
+
+
+@pytest.mark.parametrize("name", ["ReLU", "Tanh", "Sigmoid", "SiLU", "GELU"])
+def test_sequential_fusion_equals_module_by_module(name):
+    import sciml.models as M
+    act_cls = getattr(M, name)
+    x = sm.tensor(R.normal(size=(5, 4)))
+    fused, plain = _mlp(M.Sequential, act_cls, 0.25), _mlp(_plain_cls(), act_cls, 0.25)
+    for _ in range(2):   # two steps: the streams advance alike
+        v1, g1 = sm.value_and_grad(lambda p: (fused.apply(p, x) ** 2).sum())(fused.params())
+        v2, g2 = sm.value_and_grad(lambda p: (plain.apply(p, x) ** 2).sum())(plain.params())
+        np.testing.assert_allclose(float(v1), float(v2), rtol=1e-13)
+        for k in ("0", "3", "5"):
+            np.testing.assert_allclose(g1["layers"][k]["weight"].numpy(), g2["layers"][k]["weight"].numpy(),
+                                       rtol=1e-12, atol=1e-14)
+    sd1, sd2 = fused.state_dict(), plain.state_dict()
+    for k in ("layers.2.rng_state", "layers.6.rng_state"):
+        np.testing.assert_array_equal(sd1[k], sd2[k])
+    fused.eval()
+    plain.eval()
+    np.testing.assert_allclose(fused(x).numpy(), plain(x).numpy(), rtol=1e-13)
+    fused.train()
+    loss = (fused(x) ** 2).sum()   # loss.backward() reaches the parameters through the fused path
+    loss.backward()
+    assert fused.layers[0].weight.grad is not None and fused.layers[5].bias.grad is not None
+
+
+def test_sequential_fusion_matches_torch():
+    torch = pytest.importorskip("torch")
+    import sciml.models as M
+    pairs = [(M.ReLU, torch.nn.ReLU), (M.Tanh, torch.nn.Tanh), (M.Sigmoid, torch.nn.Sigmoid), (M.SiLU, torch.nn.SiLU)]
+    for ours, theirs in pairs:
+        torch.manual_seed(0)
+        tn = torch.nn.Sequential(torch.nn.Linear(4, 8), theirs(), torch.nn.Dropout(0.3), torch.nn.Linear(8, 2)).double()
+        tn.eval()
+        net = M.Sequential(M.Linear(4, 8), ours(), M.Dropout(0.3), M.Linear(8, 2))
+        net.eval()
+        for i in (0, 3):
+            net.layers[i].weight._assign(tn[i].weight.detach().numpy().T.copy())
+            net.layers[i].bias._assign(tn[i].bias.detach().numpy())
+        x = R.normal(size=(5, 4))
+        xt = torch.tensor(x, requires_grad=True)
+        yt = tn(xt)
+        (yt ** 2).sum().backward()
+        np.testing.assert_allclose(net(sm.tensor(x)).numpy(), yt.detach().numpy(), rtol=1e-12, atol=1e-14)
+        gx = sm.grad(lambda x: (net(x) ** 2).sum())(sm.tensor(x))
+        np.testing.assert_allclose(gx.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-14)
+        gp = sm.grad(lambda p: (net.apply(p, sm.tensor(x)) ** 2).sum())(net.params())
+        np.testing.assert_allclose(gp["layers"]["0"]["weight"].numpy(), tn[0].weight.grad.numpy().T, rtol=1e-12,
+                                   atol=1e-14)
+        np.testing.assert_allclose(gp["layers"]["0"]["bias"].numpy(), tn[0].bias.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_sequential_fusion_under_jit_replays_fresh_masks_as_eager():
+    import sciml.models as M
+    x = sm.tensor(R.normal(size=(6, 4)))
+    a, b = _mlp(M.Sequential, M.SiLU, 0.5), _mlp(M.Sequential, M.SiLU, 0.5)
+    eager = sm.value_and_grad(lambda p: (a.apply(p, x) ** 2).mean())
+    jitted = sm.jit(sm.value_and_grad(lambda p: (b.apply(p, x) ** 2).mean()), fallback="raise")
+    vals = []
+    for _ in range(3):
+        (v1, g1), (v2, g2) = eager(a.params()), jitted(b.params())
+        np.testing.assert_allclose(float(v2), float(v1), rtol=1e-13)
+        np.testing.assert_allclose(g2["layers"]["0"]["weight"].numpy(), g1["layers"]["0"]["weight"].numpy(),
+                                   rtol=1e-12)
+        vals.append(float(v1))
+    assert len(set(vals)) == 3 and jitted.stats["replays"] == 2
 
 
 def test_fused_cnn_kernels_on_vulkan():

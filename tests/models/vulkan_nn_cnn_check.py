@@ -1,5 +1,6 @@
 """Vulkan float32 pass over the fused conv-net / MLP kernels (run in its own process by test_nn_speed_fused.py):
-max / average pooling forward and backward against numpy loops. Exits non-zero naming the failing check."""
+max / average pooling forward and backward against numpy loops; the dense epilogue dropout(act(h + b)) against numpy
+with the mask of the unfused Dropout kernel. Exits non-zero naming the failing check."""
 import os
 import sys
 
@@ -55,6 +56,26 @@ def main():
             yr, gr = pool_ref(x.astype(float), k, s, p, mode, g.astype(float))
             check(f"{mode}_pool2d({k}, {s}, {p}) forward", y, yr)
             check(f"{mode}_pool2d({k}, {s}, {p}) backward", pull(sm.tensor(g))[0], gr)
+    from sciml.models import Dropout
+    from sciml.models._dense_fused import epilogue
+    from sciml.models.norm import _dropout_mask
+    h, b = R.normal(size=(6, 20)).astype(f), R.normal(size=20).astype(f)
+    fns = {"identity": (lambda z: z, lambda z: np.ones_like(z)), "relu": (lambda z: np.maximum(z, 0), lambda z: z > 0),
+           "tanh": (np.tanh, lambda z: 1 - np.tanh(z) ** 2),
+           "sigmoid": (lambda z: 1 / (1 + np.exp(-z)), lambda z: np.exp(-z) / (1 + np.exp(-z)) ** 2),
+           "silu": (lambda z: z / (1 + np.exp(-z)), lambda z: 1 / (1 + np.exp(-z)) + z * np.exp(-z) / (1 + np.exp(-z)) ** 2)}
+    for act, (fv, fd) in fns.items():
+        ref, st = Dropout(0.3, seed=9).rng_state, Dropout(0.3, seed=9).rng_state
+        m = _dropout_mask(ref, shape=h.shape, dtype="float32", p=0.3).numpy().astype(float)
+        y, pull = sm.vjp(lambda h, b: epilogue(h, b, act, 0.3, st), sm.tensor(h), sm.tensor(b))
+        z = h.astype(float) + b
+        check(f"epilogue {act} forward", y, fv(z) * m)
+        check(f"epilogue {act} counter", st.numpy(), ref.numpy(), 0)
+        g = R.normal(size=h.shape).astype(f)
+        gh, gb = pull(sm.tensor(g))
+        gz = g * m * fd(z)
+        check(f"epilogue {act} backward h", gh, gz, 1e-3)
+        check(f"epilogue {act} backward b", gb, gz.sum(0), 1e-3)
     if fails:
         print("\n".join(fails))
         sys.exit(1)
