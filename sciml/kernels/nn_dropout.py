@@ -246,8 +246,9 @@ def epilogue(act, h, b, y, m, state, rows, cols, p, dtype, sdtype):
     with_b = b is not None
     if not drop:
         sdtype = dtype
-    cost = 1 + (8 if drop else 0) + (0 if act in ("identity", "relu") else 4)
-    serial = C.launch_mode(n, cost)
+    # serial up to 256K entries, as ``mask`` (a parallel launch wakes the thread pool: on the loaded 2-core
+    # machine it cost more than the serial loop), and whenever every core is busy
+    serial = C.launch_mode(n, C.CHEAP) or (C.backend.on_host() and C.busy())
     thr = min(int(round(p * (1 << 16))), 1 << 16) if drop else 0
     scale = 1.0 / (1.0 - p) if drop else 1.0
     C.cached(("dense_epi", act, dtype, sdtype, serial, with_b, drop),
@@ -261,8 +262,7 @@ def epilogue_vjp(act, g, h, b, m, gz, gb, rows, cols, dtype):
     if not n:
         return
     with_b, drop, with_gz = b is not None, m is not None, gz is not None
-    cost = 1 + (0 if act in ("identity", "relu") else 4)
-    serial = C.launch_mode(n, cost) or (with_b and cols < 32 and C.backend.on_host())
+    serial = C.launch_mode(n, C.CHEAP) or (C.backend.on_host() and (C.busy() or (with_b and cols < 32)))
     C.cached(("dense_epi_vjp", act, dtype, serial, with_b, drop, with_gz),
              lambda: _build_epi_bwd(act, dtype, serial, with_b, drop, with_gz))(
         g, h, b if with_b else h, m if drop else h, gz if with_gz else g, gb if with_b else g, rows, cols)

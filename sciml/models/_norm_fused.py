@@ -17,13 +17,18 @@ from ..kernels import norm as K
 __all__ = ["batch_norm_train", "batch_norm_composed", "layer_norm", "layer_norm_composed"]
 
 
-def batch_norm_composed(x, w, b, eps):
-    """(x - mean) / sqrt(var + eps) * w + b with the batch statistics over every axis but 1 (biased var)."""
+def batch_norm_composed(x, w, b, eps, relu=False):
+    """(x - mean) / sqrt(var + eps) * w + b with the batch statistics over every axis but 1 (biased var);
+    then ReLU with ``relu``."""
     axes = (0,) + tuple(range(2, x.ndim))
     bshape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     d = x - mean(x, axes, keepdims=True)
     var = mean(d * d, axes, keepdims=True)
-    return d / sqrt(var + eps) * reshape(w, bshape) + reshape(b, bshape)
+    y = d / sqrt(var + eps) * reshape(w, bshape) + reshape(b, bshape)
+    if relu:
+        from ..autodiff.ops import relu as _relu
+        y = _relu(y)
+    return y
 
 
 def _dims(x):
@@ -31,14 +36,14 @@ def _dims(x):
     return N, Cc, x.size // (N * Cc) if N * Cc else 0
 
 
-def _fwd(x, w, b, eps, momentum, running, saved):
+def _fwd(x, w, b, eps, momentum, running, saved, relu=False):
     N, Cc, S = _dims(x)
     dt = x.dtype
     y = backend.empty(max(x.size, 1), dt)
     mu, var = backend.empty(Cc, dt), backend.empty(Cc, dt)
     rm, rv = (running[0]._buf, running[1]._buf) if running is not None else (mu, var)
     K.batch_norm_fwd(x._buf, w._buf, b._buf, y, mu, var, rm, rv, N, Cc, S, float(eps), float(momentum),
-                     running is not None, dt)
+                     running is not None, dt, relu)
     saved["mean"], saved["var"] = mu, var
     return y, x.shape, dt
 
@@ -51,33 +56,34 @@ def _recorded(*ts):
 
 
 @_bn.def_vjp
-def _vjp(g, x, w, b, out, eps, momentum, running, saved):
+def _vjp(g, x, w, b, out, eps, momentum, running, saved, relu=False):
     if _recorded(g, x, w, b, out):
         from ..autodiff.transforms import vjp
-        _, pull = vjp(lambda x, w, b: batch_norm_composed(x, w, b, eps), x, w, b)
+        _, pull = vjp(lambda x, w, b: batch_norm_composed(x, w, b, eps, relu), x, w, b)
         return tuple(pull(g, create_graph=is_grad_enabled()))
     N, Cc, S = _dims(x)
     dt = x.dtype
     gx = backend.empty(max(x.size, 1), dt) if needs(0) else None
     gw, gb = backend.empty(Cc, dt), backend.empty(Cc, dt)
     K.batch_norm_bwd(x._buf, g._buf, w._buf, saved["mean"], saved["var"], gx if gx is not None else gw, gw, gb,
-                     N, Cc, S, float(eps), dt, with_x=gx is not None)
+                     N, Cc, S, float(eps), dt, with_x=gx is not None, y=out._buf if relu else None)
     return (Tensor._make(gx, x.shape, dt) if gx is not None else None,
             Tensor._make(gw, w.shape, dt) if needs(1) else None, Tensor._make(gb, b.shape, dt) if needs(2) else None)
 
 
 @_bn.def_jvp
-def _jvp(ts, x, w, b, out, eps, momentum, running, saved):
+def _jvp(ts, x, w, b, out, eps, momentum, running, saved, relu=False):
     from ..autodiff.transforms import jvp
     xs = (x, w, b)
     ts = tuple(zeros(v.shape, v.dtype) if t is None else t for v, t in zip(xs, ts))
-    return jvp(lambda x, w, b: batch_norm_composed(x, w, b, eps), xs, ts)[1]
+    return jvp(lambda x, w, b: batch_norm_composed(x, w, b, eps, relu), xs, ts)[1]
 
 
-def batch_norm_train(x, w, b, eps=1e-5, momentum=0.1, running=None):
+def batch_norm_train(x, w, b, eps=1e-5, momentum=0.1, running=None, relu=False):
     """Batch normalisation of x (N, C, ...) with its batch statistics; w, b (C,). ``running``: a pair of (C,)
-    Buffers (running mean, running variance) updated in place by the forward kernel, or None."""
-    return _bn(x, w, b, eps=eps, momentum=momentum, running=running, saved={})
+    Buffers (running mean, running variance) updated in place by the forward kernel, or None. ``relu``: then
+    ReLU in the same kernel (its step in the backward kernel)."""
+    return _bn(x, w, b, eps=eps, momentum=momentum, running=running, saved={}, relu=bool(relu))
 
 
 # --- LayerNorm over the trailing axes: one kernel forward, one backward -------------------------------------

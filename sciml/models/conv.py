@@ -31,6 +31,11 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
     ``dilation`` spaces the kernel taps (im2col over the dilated window, then a strided view of it);
     ``groups`` splits the channels into independent convolutions (one batched GEMM)."""
+    return _conv2d(x, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, relu=False):
+    """conv2d, then ReLU when ``relu`` (fused into the bias epilogue kernel: Sequential's Conv2d -> ReLU)."""
     x, weight = as_tensor(x), as_tensor(weight)
     if x.ndim != 4:
         raise ValueError(f"conv2d: x has shape {x.shape}; expected (N, C, H, W).")
@@ -63,9 +68,13 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         bias = as_tensor(bias, y.dtype)
         if bias.dtype == y.dtype and bias.shape == (O,):  # bias + NHWC -> NCHW in one kernel (adjoint: one)
             from ._conv_fused import conv_epilogue
-            return conv_epilogue(y, bias, (N, Ho, Wo))
+            return conv_epilogue(y, bias, (N, Ho, Wo), relu)
         y = bias_act(y, bias, "identity")
-    return transpose(reshape(y, (N, Ho, Wo, O)), (0, 3, 1, 2))
+    y = transpose(reshape(y, (N, Ho, Wo, O)), (0, 3, 1, 2))
+    if relu:
+        from ..autodiff.ops import relu as _relu
+        y = _relu(y)
+    return y
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

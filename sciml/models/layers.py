@@ -154,6 +154,12 @@ class Sequential(Module):
         i, n = 0, len(layers)
         while i < n:
             layer = layers[i]
+            if i + 1 < n and type(layer) in _RELU_FUSED and _is_relu(layers[i + 1]):
+                y = _RELU_FUSED[type(layer)](layer, x)
+                if y is not None:
+                    x = y
+                    i += 2
+                    continue
             if type(layer) is Linear and i + 1 < n:
                 plan = _epilogue_plan(layers, i + 1)
                 if plan is not None:
@@ -206,6 +212,39 @@ def _fused_linear(layer, x, act, drop):
     p, state = drop._stream() if drop is not None else (0.0, None)
     from ._dense_fused import epilogue
     return epilogue(matmul(x, W), b, act, p, state)
+
+
+def _is_relu(m):
+    from .activations import ReLU
+    return type(m) is ReLU
+
+
+def _conv_relu(layer, x):
+    from .conv import _conv2d
+    return _conv2d(layer._check_x(x), layer.weight, layer.bias, layer.stride, layer.padding, layer.dilation,
+                   layer.groups, relu=True)
+
+
+def _bn_relu(layer, x):
+    return layer._forward(x, relu=True)
+
+
+def _relu_fused():
+    from .conv import Conv2d
+    from .norm import BatchNorm1d, BatchNorm2d
+    return {Conv2d: _conv_relu, BatchNorm1d: _bn_relu, BatchNorm2d: _bn_relu}
+
+
+class _Lazy(dict):
+    """{layer type: fn(layer, x) -> ReLU(layer(x)) in fused kernels, or None}, filled on first use (import order)."""
+
+    def __contains__(self, k):
+        if not dict.__len__(self):
+            self.update(_relu_fused())
+        return dict.__contains__(self, k)
+
+
+_RELU_FUSED = _Lazy()
 
 
 class Flatten(Module):

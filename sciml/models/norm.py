@@ -41,6 +41,17 @@ class _BatchNorm(Module):
         return x
 
     def forward(self, x):
+        return self._forward(x)
+
+    def _forward(self, x, relu=False):
+        """forward, then ReLU when ``relu`` (in the fused training kernel: Sequential's BatchNorm -> ReLU)."""
+        y, fused = self._forward_impl(x, relu)
+        if relu and not fused:
+            from ..autodiff.ops import relu as _relu
+            y = _relu(y)
+        return y
+
+    def _forward_impl(self, x, relu):
         x = self._check(x)
         axes = (0,) + tuple(range(2, x.ndim))
         bshape = (1, self.num_features) + (1,) * (x.ndim - 2)
@@ -54,7 +65,8 @@ class _BatchNorm(Module):
                 w, b = tensor(np.ones(self.num_features), x.dtype), tensor(np.zeros(self.num_features), x.dtype)
             if all(t.dtype == x.dtype for t in (w, b, self.running_mean, self.running_var)):
                 from ._norm_fused import batch_norm_train  # one kernel forward (running stats included), one backward
-                return batch_norm_train(x, w, b, self.eps, self.momentum, (self.running_mean, self.running_var))
+                return batch_norm_train(x, w, b, self.eps, self.momentum, (self.running_mean, self.running_var),
+                                        relu), True
             mu = mean(x, axes, keepdims=True)
             d = x - mu
             var = mean(d * d, axes, keepdims=True)
@@ -71,7 +83,7 @@ class _BatchNorm(Module):
         y = d / sqrt(var + self.eps)
         if self.weight is not None:
             y = y * self.weight.reshape(bshape) + self.bias.reshape(bshape)
-        return y
+        return y, False
 
     def extra_repr(self):
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"

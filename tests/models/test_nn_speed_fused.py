@@ -1,6 +1,7 @@
 """Fused kernels of the conv-net and MLP training steps (issue 16, item 6): 2-D max / average pooling as one
 kernel forward and one backward (sciml/kernels/pool.py); the dense epilogue dropout(act(h + b)) as one kernel each
-way (sciml/models/_dense_fused.py), which Sequential uses for Linear -> activation -> Dropout and Dropout alone.
+way (sciml/models/_dense_fused.py), which Sequential uses for Linear -> activation -> Dropout and Dropout alone; Conv2d -> ReLU and BatchNorm -> ReLU
+(training) in the conv and batch-norm kernels.
 
 Each is checked in float64 against finite differences to second order, fused == composed (the im2col route,
 which the recorded higher-order rules use), and against PyTorch where installed; the Vulkan float32 pass runs
@@ -225,6 +226,81 @@ def test_sequential_fusion_under_jit_replays_fresh_masks_as_eager():
                                    rtol=1e-12)
         vals.append(float(v1))
     assert len(set(vals)) == 3 and jitted.stats["replays"] == 2
+
+
+# --- conv -> ReLU and BatchNorm -> ReLU epilogues ---------------------------------------------------------
+def _cnn(cls):
+    import sciml.models as M
+    return cls(M.Conv2d(1, 4, 3, padding=1, seed=0), M.ReLU(), M.MaxPool2d(2), M.Conv2d(4, 6, 3, padding=1, seed=1),
+               M.BatchNorm2d(6), M.ReLU(), M.MaxPool2d(2), M.Dropout(0.25, seed=2), M.Flatten(),
+               M.Linear(24, 8, seed=3), M.ReLU(), M.Linear(8, 3, seed=4))
+
+
+def test_sequential_cnn_fusion_equals_module_by_module():
+    import sciml.models as M
+    from sciml.tree_util import tree_leaves
+    a, b = _cnn(M.Sequential), _cnn(_plain_cls())
+    x = sm.tensor(R.normal(size=(5, 1, 8, 8)))
+    y = R.integers(0, 3, 5).astype(np.int32)
+    for _ in range(2):
+        v1, g1 = sm.value_and_grad(lambda p: M.cross_entropy(a.apply(p, x), y))(a.params())
+        v2, g2 = sm.value_and_grad(lambda p: M.cross_entropy(b.apply(p, x), y))(b.params())
+        np.testing.assert_allclose(float(v1), float(v2), rtol=1e-13)
+        for u, w in zip(tree_leaves(g1), tree_leaves(g2)):
+            np.testing.assert_allclose(u.numpy(), w.numpy(), rtol=1e-11, atol=1e-14)
+    for k, v in a.state_dict().items():
+        np.testing.assert_allclose(v, b.state_dict()[k], rtol=1e-13, atol=1e-15)
+    a.eval()
+    b.eval()
+    np.testing.assert_allclose(a(x).numpy(), b(x).numpy(), rtol=1e-13)
+
+
+def test_conv_and_batch_norm_relu_epilogues_second_order():
+    from sciml.models._conv_fused import conv_epilogue
+    from sciml.models._norm_fused import batch_norm_train
+    y, bb = sm.tensor(R.normal(size=(2 * 3 * 2, 4))), sm.tensor(R.normal(size=4))
+    check_grads(lambda y, b: conv_epilogue(y, b, (2, 3, 2), relu=True), (y, bb), order=2)
+    x, w, b = sm.tensor(R.normal(size=(4, 3, 2, 2))), sm.tensor(R.normal(size=3)), sm.tensor(R.normal(size=3))
+    check_grads(lambda x, w, b: batch_norm_train(x, w, b, relu=True), (x, w, b), order=2)
+
+
+def test_conv_and_batch_norm_relu_nan_propagates():
+    from sciml.models._conv_fused import conv_epilogue
+    from sciml.models._norm_fused import batch_norm_train
+    a = R.normal(size=(2 * 2 * 2, 3))
+    a[1, 1] = np.nan
+    out, pull = sm.vjp(lambda y: conv_epilogue(y, sm.zeros(3), (2, 2, 2), relu=True), sm.tensor(a))
+    assert np.isnan(out.numpy()[0, 1, 0, 1]) and np.isnan(pull(sm.ones(out.shape))[0].numpy()[1, 1])
+    xa = R.normal(size=(3, 2, 2))
+    xa[0, 1, 1] = np.nan
+    out = batch_norm_train(sm.tensor(xa), sm.ones(2), sm.zeros(2), relu=True).numpy()
+    assert np.isnan(out[:, 1]).all() and not np.isnan(out[:, 0]).any()
+
+
+def test_cnn_fusion_matches_torch_train_mode():
+    torch = pytest.importorskip("torch")
+    import sciml.models as M
+    torch.manual_seed(0)
+    nn = torch.nn
+    tn = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 6, 3, padding=1),
+                       nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(24, 3)).double()
+    net = M.Sequential(M.Conv2d(1, 4, 3, padding=1), M.ReLU(), M.MaxPool2d(2), M.Conv2d(4, 6, 3, padding=1),
+                       M.BatchNorm2d(6), M.ReLU(), M.MaxPool2d(2), M.Flatten(), M.Linear(24, 3))
+    for i in (0, 3):
+        net.layers[i].weight._assign(tn[i].weight.detach().numpy())
+        net.layers[i].bias._assign(tn[i].bias.detach().numpy())
+    net.layers[8].weight._assign(tn[8].weight.detach().numpy().T.copy())
+    net.layers[8].bias._assign(tn[8].bias.detach().numpy())
+    x = R.normal(size=(5, 1, 8, 8))
+    lab = R.integers(0, 3, 5)
+    xt = torch.tensor(x, requires_grad=True)
+    nn.functional.cross_entropy(tn(xt), torch.tensor(lab)).backward()
+    gp, gx = sm.grad(lambda p, x: M.cross_entropy(net.apply(p, x), lab.astype(np.int32)), argnums=(0, 1))(
+        net.params(), sm.tensor(x))
+    np.testing.assert_allclose(gx.numpy(), xt.grad.numpy(), rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(gp["layers"]["0"]["weight"].numpy(), tn[0].weight.grad.numpy(), rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(gp["layers"]["4"]["weight"].numpy(), tn[4].weight.grad.numpy(), rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(net.layers[4].running_var.numpy(), tn[4].running_var.numpy(), rtol=1e-12)
 
 
 def test_fused_cnn_kernels_on_vulkan():

@@ -1,6 +1,6 @@
 """Vulkan float32 pass over the fused conv-net / MLP kernels (run in its own process by test_nn_speed_fused.py):
 max / average pooling forward and backward against numpy loops; the dense epilogue dropout(act(h + b)) against numpy
-with the mask of the unfused Dropout kernel. Exits non-zero naming the failing check."""
+with the mask of the unfused Dropout kernel; the conv and batch-norm epilogues with ReLU. Exits non-zero naming the failing check."""
 import os
 import sys
 
@@ -76,6 +76,31 @@ def main():
         gz = g * m * fd(z)
         check(f"epilogue {act} backward h", gh, gz, 1e-3)
         check(f"epilogue {act} backward b", gb, gz.sum(0), 1e-3)
+    from sciml.models._conv_fused import conv_epilogue
+    from sciml.models._norm_fused import batch_norm_train
+    y, bb, u = R.normal(size=(2 * 3 * 4, 5)), R.normal(size=5), R.normal(size=(2, 5, 3, 4))
+    z = (y + bb).reshape(2, 3, 4, 5).transpose(0, 3, 1, 2)
+    out, pull = sm.vjp(lambda y, b: conv_epilogue(y, b, (2, 3, 4), relu=True), sm.tensor(y.astype(f)),
+                       sm.tensor(bb.astype(f)))
+    check("conv_epilogue relu forward", out, np.maximum(z, 0))
+    gy, gbb = pull(sm.tensor(u.astype(f)))
+    ur = u * (z > 0)
+    check("conv_epilogue relu backward y", gy, ur.transpose(0, 2, 3, 1).reshape(-1, 5))
+    check("conv_epilogue relu backward b", gbb, ur.sum((0, 2, 3)))
+    x, w, b, gy = R.normal(size=(4, 3, 5, 2)), R.normal(size=3), R.normal(size=3), R.normal(size=(4, 3, 5, 2))
+    mu, var = x.mean((0, 2, 3), keepdims=True), x.var((0, 2, 3), keepdims=True)
+    xh = (x - mu) / np.sqrt(var + 1e-5)
+    zz = xh * w.reshape(1, 3, 1, 1) + b.reshape(1, 3, 1, 1)
+    out, pull = sm.vjp(lambda x, w, b: batch_norm_train(x, w, b, relu=True), *(sm.tensor(a.astype(f)) for a in (x, w, b)))
+    check("batch_norm relu forward", out, np.maximum(zz, 0))
+    gx, gw, gbn = pull(sm.tensor(gy.astype(f)))
+    ge = gy * (zz > 0)
+    gxh = ge * w.reshape(1, 3, 1, 1)
+    want = (gxh - gxh.mean((0, 2, 3), keepdims=True) - xh * (gxh * xh).mean((0, 2, 3), keepdims=True)) / \
+        np.sqrt(var + 1e-5)
+    check("batch_norm relu backward x", gx, want, 1e-3)
+    check("batch_norm relu backward w", gw, (ge * xh).sum((0, 2, 3)), 1e-3)
+    check("batch_norm relu backward b", gbn, ge.sum((0, 2, 3)), 1e-3)
     if fails:
         print("\n".join(fails))
         sys.exit(1)
