@@ -127,7 +127,7 @@ def _epi_funcs(act, dtype):
     return val, der
 
 
-def _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop):
+def _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop, cols4=False):
     ti = C.ti()
     S, A = C.arr(sdtype), C.arr(dtype)
     T = backend.ti_dtype(dtype)
@@ -149,11 +149,16 @@ def _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop):
                 k1 = word(state[2]) | (word(state[3]) << u32(16))
                 c = word(state[4]) | (word(state[5]) << u32(16))
                 x0, x1 = tf(k0, k1, c, ti.cast(j, u32))
+            c0 = 0
+            if ti.static(with_b and cols4):   # a group of four never crosses a row: one division per group
+                c0 = (4 * j) % cols
             for t in ti.static(range(4)):
                 i = 4 * j + t
                 if i < n:
                     z = h[i]
-                    if ti.static(with_b):
+                    if ti.static(with_b and cols4):
+                        z = z + b[c0 + t]
+                    elif ti.static(with_b):
                         z = z + b[i % cols]
                     a = val(z)
                     if ti.static(drop):
@@ -251,8 +256,9 @@ def epilogue(act, h, b, y, m, state, rows, cols, p, dtype, sdtype):
     serial = C.launch_mode(n, C.CHEAP) or (C.backend.on_host() and C.busy())
     thr = min(int(round(p * (1 << 16))), 1 << 16) if drop else 0
     scale = 1.0 / (1.0 - p) if drop else 1.0
-    C.cached(("dense_epi", act, dtype, sdtype, serial, with_b, drop),
-             lambda: _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop))(
+    cols4 = cols % 4 == 0
+    C.cached(("dense_epi", act, dtype, sdtype, serial, with_b, drop, cols4),
+             lambda: _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop, cols4))(
         h, b if with_b else h, y, m if drop else h, state if drop else _dummy_state(sdtype), n, cols, thr, scale)
 
 
