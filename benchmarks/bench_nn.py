@@ -10,7 +10,9 @@ Cases (one optimisation step each: forward, backward, Adam):
   * transformer: 2 TransformerEncoderLayers (d 64, 4 heads, ff 128, batch_first), batch 32 x 16 tokens; <= 1.5x.
 sciml steps use PyTorch-style code (``loss.backward(); opt.step(); opt.zero_grad()``) and, where noted, the
 functional ``value_and_grad`` path. Timings: rounds interleave sciml and torch; per round the best of a few
-steps; the table shows the median over rounds in ms and the ratio. Without torch only sciml's column is shown.
+steps; the table shows the median over rounds in ms and the ratio, wall-clock time and (after the bar) the process
+CPU time of the same steps (all threads; on a shared, loaded machine the CPU columns are the steadier comparison:
+wall time there counts the time other processes hold the cores). Without torch only sciml's column is shown.
 Both run float32 on the same number of threads: ``--threads`` (default: sciml's, the Taichi CPU thread
 count) sets sciml's BLAS threads (``sciml.kernels.blas.set_threads``) and ``torch.set_num_threads``; Taichi's
 parallel loops use its own pool (the CPU count). The header names the CPU, the BLAS, the thread count and the
@@ -28,12 +30,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def _best(fn, n):
-    best = float("inf")
+    """(best wall time, best process CPU time) of n calls, in seconds."""
+    best, cpu = float("inf"), float("inf")
     for _ in range(n):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
         best = min(best, time.perf_counter() - t)
-    return best
+        cpu = min(cpu, time.process_time() - c)
+    return best, cpu
 
 
 def _sciml_cases(sm, np, cases):
@@ -200,14 +204,16 @@ def main(argv=None):
             if k in theirs:
                 times[k][1].append(_best(theirs[k], args.steps))
     targets = {"cnn": 1.0, "mlp": 1.0, "lstm": 1.0, "transformer": 1.5}
-    print(f"{'step':<12}{'sciml ms':>10}{'torch ms':>10}{'ratio':>8}{'target':>8}")
+    print(f"{'step':<12}{'sciml ms':>10}{'torch ms':>10}{'ratio':>8}{'target':>8}  |{'cpu sciml':>10}"
+          f"{'cpu torch':>10}{'ratio':>8}")
     for k in args.cases:
-        a = 1e3 * float(np.median(times[k][0]))
+        a, ac = (1e3 * float(np.median([t[i] for t in times[k][0]])) for i in (0, 1))
         if times[k][1]:
-            b = 1e3 * float(np.median(times[k][1]))
-            print(f"{k:<12}{a:>10.2f}{b:>10.2f}{a / b:>8.2f}{targets[k]:>8.1f}")
+            b, bc = (1e3 * float(np.median([t[i] for t in times[k][1]])) for i in (0, 1))
+            print(f"{k:<12}{a:>10.2f}{b:>10.2f}{a / b:>8.2f}{targets[k]:>8.1f}  |{ac:>10.2f}{bc:>10.2f}"
+                  f"{ac / bc:>8.2f}")
         else:
-            print(f"{k:<12}{a:>10.2f}{'-':>10}{'-':>8}{targets[k]:>8.1f}")
+            print(f"{k:<12}{a:>10.2f}{'-':>10}{'-':>8}{targets[k]:>8.1f}  |{ac:>10.2f}{'-':>10}{'-':>8}")
 
 
 if __name__ == "__main__":

@@ -116,6 +116,37 @@ def batch_norm_bwd(x, g, w, mean, var, gx, gw, gb, N: int, Cc: int, S: int, eps:
         x, g, y if relu else g, w, mean, var, gx, gw, gb, N, Cc, S, eps)
 
 
+# --- BatchNorm in eval mode: the running statistics, one pass per (sample, channel) plane ----------------
+def _build_eval(dtype, serial, affine, relu):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(x: A, w: A, b: A, rm: A, rv: A, y: A, N: ti.i32, Cc: ti.i32, S: ti.i32, eps: T):
+        ti.loop_config(serialize=serial)
+        for q in range(N * Cc):
+            c = q % Cc
+            mu = rm[c]
+            sd = ti.sqrt(rv[c] + eps)
+            for j in range(S):
+                z = (x[q * S + j] - mu) / sd   # the composed form's operations and order
+                if ti.static(affine):
+                    z = z * w[c] + b[c]
+                if ti.static(relu):
+                    z = ti.select(z > 0, z, ti.select(z <= 0, ti.cast(0, T), z))
+                y[q * S + j] = z
+    return k
+
+
+def batch_norm_eval(x, w, b, rm, rv, y, N: int, Cc: int, S: int, eps: float, dtype: str, relu: bool = False):
+    """y = (x - rm) / sqrt(rv + eps) * w + b per channel (w, b None: no affine), then ReLU with ``relu``."""
+    serial = C.launch_mode(N * Cc * S, C.CHEAP) or N * Cc < 4
+    affine = w is not None
+    C.cached(("bn_eval", dtype, serial, affine, relu), lambda: _build_eval(dtype, serial, affine, relu))(
+        x, w if affine else rm, b if affine else rm, rm, rv, y, N, Cc, S, eps)
+
+
 # --- LayerNorm: rows of D values (x (R, D) row-major), affine w, b (D,) ------------------------------------
 def _build_ln_fwd(dtype, serial):
     ti = C.ti()

@@ -1,7 +1,7 @@
 """Fused kernels of the conv-net and MLP training steps (issue 16, item 6): 2-D max / average pooling as one
 kernel forward and one backward (sciml/kernels/pool.py); the dense epilogue dropout(act(h + b)) as one kernel each
 way (sciml/models/_dense_fused.py), which Sequential uses for Linear -> activation -> Dropout and Dropout alone; Conv2d -> ReLU and BatchNorm -> ReLU
-(training) in the conv and batch-norm kernels.
+(training) in the conv and batch-norm kernels; BatchNorm in eval mode as one kernel.
 
 Each is checked in float64 against finite differences to second order, fused == composed (the im2col route,
 which the recorded higher-order rules use), and against PyTorch where installed; the Vulkan float32 pass runs
@@ -301,6 +301,55 @@ def test_cnn_fusion_matches_torch_train_mode():
     np.testing.assert_allclose(gp["layers"]["0"]["weight"].numpy(), tn[0].weight.grad.numpy(), rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(gp["layers"]["4"]["weight"].numpy(), tn[4].weight.grad.numpy(), rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(net.layers[4].running_var.numpy(), tn[4].running_var.numpy(), rtol=1e-12)
+
+
+# --- BatchNorm in eval mode: one kernel -------------------------------------------------------------------
+def _bn_eval_layer(cls=None, affine=True):
+    from sciml.models import BatchNorm2d
+    bn = (cls or BatchNorm2d)(3, affine=affine)
+    bn.running_mean._assign(R.normal(size=3))
+    bn.running_var._assign(R.random(3) + 0.5)
+    if affine:
+        bn.weight._assign(R.normal(size=3))
+        bn.bias._assign(R.normal(size=3))
+    bn.eval()
+    return bn
+
+
+@pytest.mark.parametrize("affine, relu", [(True, False), (True, True), (False, False)])
+def test_batch_norm_eval_fused_equals_composed_and_second_order(affine, relu):
+    from sciml.models._norm_fused import batch_norm_eval, batch_norm_eval_composed
+    bn = _bn_eval_layer(affine=affine)
+    x = sm.tensor(R.normal(size=(4, 3, 2, 5)))
+    rm, rv = bn.running_mean, bn.running_var
+    ins = (x, bn.weight.detach(), bn.bias.detach()) if affine else (x,)
+
+    def fused(*a):
+        return batch_norm_eval(a[0], *(a[1:] if affine else (None, None)), rm, rv, 1e-5, relu)
+
+    def comp(*a):
+        return batch_norm_eval_composed(a[0], *(a[1:] if affine else (None, None)), rm, rv, 1e-5, relu)
+    np.testing.assert_allclose(fused(*ins).numpy(), comp(*ins).numpy(), rtol=1e-15, atol=1e-15)
+    check_grads(fused, ins, order=2)
+
+
+def test_batch_norm_eval_matches_torch_and_sequential_relu():
+    torch = pytest.importorskip("torch")
+    from sciml.models import BatchNorm1d, ReLU, Sequential
+    for cls, shape, tcls in ((None, (4, 3, 2, 5), torch.nn.BatchNorm2d), (BatchNorm1d, (6, 3), torch.nn.BatchNorm1d)):
+        bn = _bn_eval_layer(cls)
+        tb = tcls(3).double()
+        tb.load_state_dict({k: torch.tensor(v) for k, v in bn.state_dict().items()} |
+                           {"num_batches_tracked": torch.tensor(0)})
+        tb.eval()
+        x = R.normal(size=shape)
+        xt = torch.tensor(x, requires_grad=True)
+        yt = torch.relu(tb(xt))
+        (yt ** 2).sum().backward()
+        seq = Sequential(bn, ReLU())
+        np.testing.assert_allclose(seq(sm.tensor(x)).numpy(), yt.detach().numpy(), rtol=1e-13, atol=1e-15)
+        gx = sm.grad(lambda x: (seq(x) ** 2).sum())(sm.tensor(x))
+        np.testing.assert_allclose(gx.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-14)
 
 
 def test_fused_cnn_kernels_on_vulkan():

@@ -1,6 +1,6 @@
 """Vulkan float32 pass over the fused conv-net / MLP kernels (run in its own process by test_nn_speed_fused.py):
 max / average pooling forward and backward against numpy loops; the dense epilogue dropout(act(h + b)) against numpy
-with the mask of the unfused Dropout kernel; the conv and batch-norm epilogues with ReLU. Exits non-zero naming the failing check."""
+with the mask of the unfused Dropout kernel; the conv and batch-norm epilogues with ReLU; batch norm in eval mode. Exits non-zero naming the failing check."""
 import os
 import sys
 
@@ -101,6 +101,12 @@ def main():
     check("batch_norm relu backward x", gx, want, 1e-3)
     check("batch_norm relu backward w", gw, (ge * xh).sum((0, 2, 3)), 1e-3)
     check("batch_norm relu backward b", gbn, ge.sum((0, 2, 3)), 1e-3)
+    from sciml.models._norm_fused import batch_norm_eval
+    rm, rv = R.normal(size=3), R.random(3) + 0.5
+    want = np.maximum((x - rm.reshape(1, 3, 1, 1)) / np.sqrt(rv.reshape(1, 3, 1, 1) + 1e-5) * w.reshape(1, 3, 1, 1) +
+                      b.reshape(1, 3, 1, 1), 0)
+    check("batch_norm eval relu forward", batch_norm_eval(*(sm.tensor(a.astype(f)) for a in (x, w, b, rm, rv)),
+                                                          relu=True), want)
     if fails:
         print("\n".join(fails))
         sys.exit(1)
