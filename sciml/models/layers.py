@@ -188,9 +188,7 @@ def _epilogue_plan(layers, i):
     """(activation name, Dropout or None, modules used) when layers[i:] starts with an activation module
     and / or a Dropout that :func:`~sciml.models._dense_fused.epilogue` computes with the Linear before them
     (exact types only: a subclass may override forward), else None."""
-    from . import activations as A
-    from .norm import Dropout
-    acts = {A.ReLU: "relu", A.Tanh: "tanh", A.Sigmoid: "sigmoid", A.SiLU: "silu"}
+    acts, Dropout = _fusion_types()[1:]
     act, used = acts.get(type(layers[i])), 0
     if act is not None:
         used = 1
@@ -214,9 +212,20 @@ def _fused_linear(layer, x, act, drop):
     return epilogue(matmul(x, W), b, act, p, state)
 
 
+_TYPES = []
+
+
+def _fusion_types():
+    """(ReLU, {activation type: epilogue name}, Dropout), imported once (the modules import this one)."""
+    if not _TYPES:
+        from . import activations as A
+        from .norm import Dropout
+        _TYPES.extend((A.ReLU, {A.ReLU: "relu", A.Tanh: "tanh", A.Sigmoid: "sigmoid", A.SiLU: "silu"}, Dropout))
+    return _TYPES
+
+
 def _is_relu(m):
-    from .activations import ReLU
-    return type(m) is ReLU
+    return type(m) is _fusion_types()[0]
 
 
 def _conv_relu(layer, x):

@@ -1,7 +1,8 @@
 """Fused kernels of the conv-net and MLP training steps (issue 16, item 6): 2-D max / average pooling as one
 kernel forward and one backward (sciml/kernels/pool.py); the dense epilogue dropout(act(h + b)) as one kernel each
 way (sciml/models/_dense_fused.py), which Sequential uses for Linear -> activation -> Dropout and Dropout alone; Conv2d -> ReLU and BatchNorm -> ReLU
-(training) in the conv and batch-norm kernels; BatchNorm in eval mode as one kernel.
+(training) in the conv and batch-norm kernels; BatchNorm in eval mode as one kernel; the mean / summed squared error as one kernel each way
+(sciml/models/_loss_fused.py).
 
 Each is checked in float64 against finite differences to second order, fused == composed (the im2col route,
 which the recorded higher-order rules use), and against PyTorch where installed; the Vulkan float32 pass runs
@@ -350,6 +351,30 @@ def test_batch_norm_eval_matches_torch_and_sequential_relu():
         np.testing.assert_allclose(seq(sm.tensor(x)).numpy(), yt.detach().numpy(), rtol=1e-13, atol=1e-15)
         gx = sm.grad(lambda x: (seq(x) ** 2).sum())(sm.tensor(x))
         np.testing.assert_allclose(gx.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+# --- fused squared error (for sciml.models.losses.mse) -----------------------------------------------------
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_mse_fused_equals_composed_torch_and_second_order(reduction):
+    from sciml.models._loss_fused import fusable, mse, mse_composed
+    p, t = sm.tensor(R.normal(size=(300, 2))), sm.tensor(R.normal(size=(300, 2)))
+    assert fusable(p, t, reduction) and not fusable(p, t, "none") and not fusable(p, t[:3], reduction)
+    np.testing.assert_allclose(float(mse(p, t, reduction)), float(mse_composed(p, t, reduction)), rtol=1e-13)
+    g1 = sm.grad(lambda p, t: mse(p, t, reduction), argnums=(0, 1))(p, t)
+    g2 = sm.grad(lambda p, t: mse_composed(p, t, reduction), argnums=(0, 1))(p, t)
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-14, atol=1e-16)
+    check_grads(lambda p, t: mse(p, t, reduction), (sm.tensor(R.normal(size=(4, 3))), sm.tensor(R.normal(size=(4, 3)))),
+                order=2)
+    a = p.numpy().copy()
+    a[7, 1] = np.nan
+    assert np.isnan(float(mse(sm.tensor(a), t, reduction)))
+    torch = pytest.importorskip("torch")
+    pt = torch.tensor(p.numpy(), requires_grad=True)
+    lt = torch.nn.functional.mse_loss(pt, torch.tensor(t.numpy()), reduction=reduction)
+    lt.backward()
+    np.testing.assert_allclose(float(mse(p, t, reduction)), lt.item(), rtol=1e-13)
+    np.testing.assert_allclose(g1[0].numpy(), pt.grad.numpy(), rtol=1e-13, atol=1e-16)
 
 
 def test_fused_cnn_kernels_on_vulkan():

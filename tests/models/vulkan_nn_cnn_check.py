@@ -1,6 +1,6 @@
 """Vulkan float32 pass over the fused conv-net / MLP kernels (run in its own process by test_nn_speed_fused.py):
 max / average pooling forward and backward against numpy loops; the dense epilogue dropout(act(h + b)) against numpy
-with the mask of the unfused Dropout kernel; the conv and batch-norm epilogues with ReLU; batch norm in eval mode. Exits non-zero naming the failing check."""
+with the mask of the unfused Dropout kernel; the conv and batch-norm epilogues with ReLU; batch norm in eval mode; the fused squared error. Exits non-zero naming the failing check."""
 import os
 import sys
 
@@ -107,6 +107,14 @@ def main():
                       b.reshape(1, 3, 1, 1), 0)
     check("batch_norm eval relu forward", batch_norm_eval(*(sm.tensor(a.astype(f)) for a in (x, w, b, rm, rv)),
                                                           relu=True), want)
+    from sciml.models._loss_fused import mse
+    p, t = R.normal(size=(300, 2)).astype(f), R.normal(size=(300, 2)).astype(f)
+    val, pull = sm.vjp(lambda p, t: mse(p, t), sm.tensor(p), sm.tensor(t))
+    d = p.astype(float) - t
+    check("mse forward", val, (d * d).mean())
+    gp, gt = pull(sm.tensor(np.array(1.5, f)))
+    check("mse backward pred", gp, 1.5 * 2 * d / d.size)
+    check("mse backward target", gt, -1.5 * 2 * d / d.size)
     if fails:
         print("\n".join(fails))
         sys.exit(1)
