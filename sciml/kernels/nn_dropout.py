@@ -127,52 +127,53 @@ def _epi_funcs(act, dtype):
     return val, der
 
 
-def _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop, cols4=False):
+def _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop, cols4=False, save_d=False):
     ti = C.ti()
     S, A = C.arr(sdtype), C.arr(dtype)
     T = backend.ti_dtype(dtype)
     tf = _threefry(ti)
     u32 = ti.u32
-    val, _ = _epi_funcs(act, dtype)
+    val, der = _epi_funcs(act, dtype)
 
     @ti.func
     def word(x):
         return ti.cast(ti.cast(x, ti.i32), u32)
 
     @ti.kernel
-    def k(h: A, b: A, y: A, m: A, state: S, n: ti.i32, cols: ti.i32, thr: ti.i32, scale: T):
-        ti.loop_config(serialize=serial)
-        for j in range((n + 3) // 4):
-            x0, x1 = u32(0), u32(0)
-            if ti.static(drop):   # four mask entries per Threefry call, the stream of ``mask`` above
+    def k(h: A, b: A, y: A, m: A, d: A, state: S, n: ti.i32, cols: ti.i32, thr: ti.i32, scale: T):
+        if ti.static(drop):   # the mask first (four entries per Threefry call, the stream of ``mask`` above)
+            ti.loop_config(serialize=serial)
+            for j in range((n + 3) // 4):
                 k0 = word(state[0]) | (word(state[1]) << u32(16))
                 k1 = word(state[2]) | (word(state[3]) << u32(16))
                 c = word(state[4]) | (word(state[5]) << u32(16))
                 x0, x1 = tf(k0, k1, c, ti.cast(j, u32))
-            c0 = 0
-            if ti.static(with_b and cols4):   # a group of four never crosses a row: one division per group
-                c0 = (4 * j) % cols
-            for t in ti.static(range(4)):
-                i = 4 * j + t
-                if i < n:
-                    z = h[i]
-                    if ti.static(with_b and cols4):
-                        z = z + b[c0 + t]
-                    elif ti.static(with_b):
-                        z = z + b[i % cols]
-                    a = val(z)
+                t = ti.cast(thr, u32)
+                lo = u32(0xFFFF)
+                zero = ti.cast(0, T)
+                m[4 * j] = ti.select((x0 & lo) >= t, scale, zero)
+                if 4 * j + 1 < n:
+                    m[4 * j + 1] = ti.select((x0 >> u32(16)) >= t, scale, zero)
+                if 4 * j + 2 < n:
+                    m[4 * j + 2] = ti.select((x1 & lo) >= t, scale, zero)
+                if 4 * j + 3 < n:
+                    m[4 * j + 3] = ti.select((x1 >> u32(16)) >= t, scale, zero)
+        ti.loop_config(serialize=serial)   # then the epilogue: plain row / column loops
+        for r in range(n // cols):
+            for j in range(cols):
+                i = r * cols + j
+                z = h[i]
+                if ti.static(with_b):
+                    z = z + b[j]
+                a = val(z)
+                if ti.static(save_d):   # m act'(z) for the adjoint (the activation's exp / division done here once)
+                    dv = der(z)
                     if ti.static(drop):
-                        u = x0 & u32(0xFFFF)
-                        if ti.static(t == 1):
-                            u = x0 >> u32(16)
-                        elif ti.static(t == 2):
-                            u = x1 & u32(0xFFFF)
-                        elif ti.static(t == 3):
-                            u = x1 >> u32(16)
-                        mk = ti.select(u >= ti.cast(thr, u32), scale, ti.cast(0, T))
-                        m[i] = mk
-                        a = a * mk
-                    y[i] = a
+                        dv = dv * m[i]
+                    d[i] = dv
+                if ti.static(drop):
+                    a = a * m[i]
+                y[i] = a
         if ti.static(drop):   # then advance the counter (a second task of the same launch)
             ti.loop_config(serialize=True)
             for _ in range(1):
@@ -186,7 +187,7 @@ def _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop, cols4=False):
     return k
 
 
-def _build_epi_bwd(act, dtype, serial, with_b, drop, with_gz):
+def _build_epi_bwd(act, dtype, serial, with_b, drop, with_gz, pre=False):
     ti = C.ti()
     A = C.arr(dtype)
     T = backend.ti_dtype(dtype)
@@ -196,10 +197,13 @@ def _build_epi_bwd(act, dtype, serial, with_b, drop, with_gz):
     @ti.func
     def dz(g, z, m):
         v = g
-        if ti.static(drop):
+        if ti.static(pre):   # m holds m act'(z) from the forward
             v = v * m
-        if ti.static(act != "identity"):
-            v = v * der(z)
+        else:
+            if ti.static(drop):
+                v = v * m
+            if ti.static(act != "identity"):
+                v = v * der(z)
         return v
 
     @ti.kernel
@@ -238,10 +242,13 @@ def _build_epi_bwd(act, dtype, serial, with_b, drop, with_gz):
     return k
 
 
-def epilogue(act, h, b, y, m, state, rows, cols, p, dtype, sdtype):
+SAVE_D = ("tanh", "sigmoid", "silu")   # activations whose derivative the forward stores (m act'(z))
+
+
+def epilogue(act, h, b, y, m, state, rows, cols, p, dtype, sdtype, d=None):
     """y = dropout(act(h + b)) for h (rows, cols), b (cols,) or None, and the mask m (its entries 1 / (1 - p) or
-    0, drawn as :func:`mask` draws them) when ``state`` is a stream (then its counter advances), else no dropout.
-    One launch."""
+    0, drawn as :func:`mask` draws them) when ``state`` is a stream (then its counter advances), else no dropout;
+    ``d``: a buffer for m act'(h + b) (read by :func:`epilogue_vjp`) or None. One launch."""
     n = rows * cols
     drop = state is not None
     if not n:
@@ -257,20 +264,26 @@ def epilogue(act, h, b, y, m, state, rows, cols, p, dtype, sdtype):
     thr = min(int(round(p * (1 << 16))), 1 << 16) if drop else 0
     scale = 1.0 / (1.0 - p) if drop else 1.0
     cols4 = cols % 4 == 0
-    C.cached(("dense_epi", act, dtype, sdtype, serial, with_b, drop, cols4),
-             lambda: _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop, cols4))(
-        h, b if with_b else h, y, m if drop else h, state if drop else _dummy_state(sdtype), n, cols, thr, scale)
+    save_d = d is not None
+    C.cached(("dense_epi", act, dtype, sdtype, serial, with_b, drop, cols4, save_d),
+             lambda: _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop, cols4, save_d))(
+        h, b if with_b else h, y, m if drop else h, d if save_d else h, state if drop else _dummy_state(sdtype), n,
+        cols, thr, scale)
 
 
-def epilogue_vjp(act, g, h, b, m, gz, gb, rows, cols, dtype):
-    """gz = g * m * act'(h + b) (m: the dropout mask or None; gz skipped if None), gb = its column sums (b given)."""
+def epilogue_vjp(act, g, h, b, m, gz, gb, rows, cols, dtype, d=None):
+    """gz = g * m * act'(h + b) (m: the dropout mask or None; gz skipped if None), gb = its column sums (b given);
+    with ``d`` (the forward's m act'(h + b)) gz = g * d."""
     n = rows * cols
     if not n:
         return
     with_b, drop, with_gz = b is not None, m is not None, gz is not None
     serial = C.launch_mode(n, C.CHEAP) or (C.backend.on_host() and (C.busy() or (with_b and cols < 32)))
-    C.cached(("dense_epi_vjp", act, dtype, serial, with_b, drop, with_gz),
-             lambda: _build_epi_bwd(act, dtype, serial, with_b, drop, with_gz))(
+    pre = d is not None
+    if pre:
+        m, drop = d, True
+    C.cached(("dense_epi_vjp", act, dtype, serial, with_b, drop, with_gz, pre),
+             lambda: _build_epi_bwd(act, dtype, serial, with_b, drop, with_gz, pre))(
         g, h, b if with_b else h, m if drop else h, gz if with_gz else g, gb if with_b else g, rows, cols)
 
 

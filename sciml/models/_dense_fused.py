@@ -1,8 +1,9 @@
 """The dense epilogue as one primitive: ``epilogue(h, b, act, p, state)`` = dropout(act(h + b)) for the GEMM
 output h (..., m), the bias b (m,) or None, an activation ("identity", "relu", "tanh", "sigmoid", "silu") and
 inverted dropout drawn from a Dropout stream ``state`` (its mask is the one ``Dropout`` itself draws), in one
-kernel forward (the counter advance included) and one backward (``act'`` recomputed from h + b, the bias sums
-in the same pass; ``sciml/kernels/nn_dropout.py``). ``Sequential`` routes Linear -> activation -> Dropout
+kernel forward (the counter advance included; tanh / sigmoid / silu also store m act'(h + b)) and one backward
+(g times that, or act' recomputed from h + b for identity / relu; the bias sums in the same pass;
+``sciml/kernels/nn_dropout.py``). ``Sequential`` routes Linear -> activation -> Dropout
 runs through it, and ``Dropout`` alone is ``epilogue(x, None, "identity", p, state)``.
 
 Recorded backward passes and forward-mode tangents use :func:`epilogue_composed` (the same function in sciml
@@ -38,9 +39,10 @@ def _fwd(*ins, act, p, state, saved):
     dt = h.dtype
     y = backend.empty(max(h.size, 1), dt)
     m = backend.empty(max(h.size, 1), dt) if state is not None else None
+    d = backend.empty(max(h.size, 1), dt) if act in K.SAVE_D else None
     K.epilogue(act, h._buf, b._buf if b is not None else None, y, m, state._buf if state is not None else None,
-               rows, cols, p, dt, state.dtype if state is not None else None)
-    saved["mask"] = m
+               rows, cols, p, dt, state.dtype if state is not None else None, d)
+    saved["mask"], saved["deriv"] = m, d
     return y, h.shape, dt
 
 
@@ -73,7 +75,8 @@ def _vjp(g, *ins, out, act, p, state, saved):
     gz = backend.empty(max(h.size, 1), dt) if want_h else None
     gb = backend.empty(cols, dt) if b is not None else None
     if h.size:
-        K.epilogue_vjp(act, g._buf, h._buf, b._buf if b is not None else None, m, gz, gb, rows, cols, dt)
+        K.epilogue_vjp(act, g._buf, h._buf, b._buf if b is not None else None, m, gz, gb, rows, cols, dt,
+                       saved.get("deriv"))
     elif gb is not None:
         gb = backend.zeros(cols, dt)
     gh = Tensor._make(gz, h.shape, dt) if want_h else None
