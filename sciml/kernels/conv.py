@@ -439,3 +439,56 @@ def _build_fold_rows(dtype, serial):
                                 acc += cols[((((n * Ho + oh) * Wo + ow) * Cc + c) * kh + ki) * kw + kj]
                 out[rr * W + w] = acc
     return k
+
+
+# --- squared error, reduced (mean or sum): one kernel forward, one backward ---------------------------------
+SQERR_MAX = 1 << 16   # one serial pass (block sums of 256): larger inputs keep the composed, parallel reduction
+
+
+def _build_sqerr(dtype):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = C.backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(p: A, t: A, out: A, n: ti.i32, scale: T):
+        ti.loop_config(serialize=True)
+        for _ in range(1):
+            total = ti.cast(0, T)
+            for blk in range((n + 255) // 256):   # block sums: error grows with n / 256, not n
+                s = ti.cast(0, T)
+                for i in range(blk * 256, ti.min(n, blk * 256 + 256)):
+                    d = p[i] - t[i]
+                    s += d * d
+                total += s
+            out[0] = total * scale
+    return k
+
+
+def _build_sqerr_vjp(dtype, serial, with_t):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = C.backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(g: A, p: A, t: A, gp: A, gt: A, n: ti.i32, scale: T):
+        ti.loop_config(serialize=serial)
+        for i in range(n):
+            v = g[0] * (2 * scale) * (p[i] - t[i])
+            gp[i] = v
+            if ti.static(with_t):
+                gt[i] = -v
+    return k
+
+
+def sqerr(p, t, out, n, scale, dtype):
+    """out[0] = scale * sum_i (p_i - t_i)^2 (n <= SQERR_MAX)."""
+    C.cached(("sqerr", dtype), lambda: _build_sqerr(dtype))(p, t, out, n, scale)
+
+
+def sqerr_vjp(g, p, t, gp, gt, n, scale, dtype):
+    """gp = 2 scale g (p - t), gt = -gp (skipped when gt is None)."""
+    serial = C.launch_mode(n, C.CHEAP)
+    with_t = gt is not None
+    C.cached(("sqerr_vjp", dtype, serial, with_t), lambda: _build_sqerr_vjp(dtype, serial, with_t))(
+        g, p, t, gp, gt if with_t else gp, n, scale)

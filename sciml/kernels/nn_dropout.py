@@ -8,7 +8,7 @@ p is resolved to 2^-16) and ``advance`` adds one to the counter in the buffer. B
 buffer itself, so a jitted function that applies Dropout draws a fresh mask on every replay.
 """
 from . import _common as C
-from .. import backend
+from .. import backend, runtime
 from .random import _threefry
 
 STATE_WORDS = 6
@@ -81,3 +81,218 @@ def mask(state, out, n: int, p: float, sdtype: str, dtype: str):
         C.cached(("dropout_mask", sdtype, dtype, serial), lambda: _build_mask(sdtype, dtype, serial))(
             state, out, n, thr, 1.0 / (1.0 - p))
     C.cached(("dropout_advance", sdtype), lambda: _build_advance(sdtype))(state)
+
+
+# --- the dense epilogue: y = dropout(act(h + b)) in one kernel, its adjoint in one ----------------------------
+EPI_ACTS = ("identity", "relu", "tanh", "sigmoid", "silu")
+
+
+def _epi_funcs(act, dtype):
+    """(value, derivative) of ``act`` as Taichi funcs of the pre-activation z (the forms of sciml's ops:
+    float32 tanh / sigmoid rational, relu and its step keep NaN)."""
+    ti = C.ti()
+    from .elementwise import _funcs
+    f = _funcs(dtype)
+    T = backend.ti_dtype(dtype)
+    relu, step, tanh, sig = f["relu"], f["step"], f["tanh"], f["sigmoid"]
+
+    @ti.func
+    def val(z):
+        r = z
+        if ti.static(act == "relu"):
+            r = relu(z)
+        elif ti.static(act == "tanh"):
+            r = tanh(z)
+        elif ti.static(act == "sigmoid"):
+            r = sig(z)
+        elif ti.static(act == "silu"):
+            r = z * sig(z)
+        return r
+
+    @ti.func
+    def der(z):
+        d = ti.cast(1, T)
+        if ti.static(act == "relu"):
+            d = ti.cast(step(z), T)
+        elif ti.static(act == "tanh"):
+            t = tanh(z)
+            d = 1 - t * t
+        elif ti.static(act == "sigmoid"):
+            s = sig(z)
+            d = s * (1 - s)
+        elif ti.static(act == "silu"):
+            s = sig(z)
+            d = s + z * (s * (1 - s))
+        return d
+    return val, der
+
+
+def _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop, cols4=False, save_d=False):
+    ti = C.ti()
+    S, A = C.arr(sdtype), C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+    tf = _threefry(ti)
+    u32 = ti.u32
+    val, der = _epi_funcs(act, dtype)
+
+    @ti.func
+    def word(x):
+        return ti.cast(ti.cast(x, ti.i32), u32)
+
+    @ti.kernel
+    def k(h: A, b: A, y: A, m: A, d: A, state: S, n: ti.i32, cols: ti.i32, thr: ti.i32, scale: T):
+        if ti.static(drop):   # the mask first (four entries per Threefry call, the stream of ``mask`` above)
+            ti.loop_config(serialize=serial)
+            for j in range((n + 3) // 4):
+                k0 = word(state[0]) | (word(state[1]) << u32(16))
+                k1 = word(state[2]) | (word(state[3]) << u32(16))
+                c = word(state[4]) | (word(state[5]) << u32(16))
+                x0, x1 = tf(k0, k1, c, ti.cast(j, u32))
+                t = ti.cast(thr, u32)
+                lo = u32(0xFFFF)
+                zero = ti.cast(0, T)
+                m[4 * j] = ti.select((x0 & lo) >= t, scale, zero)
+                if 4 * j + 1 < n:
+                    m[4 * j + 1] = ti.select((x0 >> u32(16)) >= t, scale, zero)
+                if 4 * j + 2 < n:
+                    m[4 * j + 2] = ti.select((x1 & lo) >= t, scale, zero)
+                if 4 * j + 3 < n:
+                    m[4 * j + 3] = ti.select((x1 >> u32(16)) >= t, scale, zero)
+        ti.loop_config(serialize=serial)   # then the epilogue: plain row / column loops
+        for r in range(n // cols):
+            for j in range(cols):
+                i = r * cols + j
+                z = h[i]
+                if ti.static(with_b):
+                    z = z + b[j]
+                a = val(z)
+                if ti.static(save_d):   # m act'(z) for the adjoint (the activation's exp / division done here once)
+                    dv = der(z)
+                    if ti.static(drop):
+                        dv = dv * m[i]
+                    d[i] = dv
+                if ti.static(drop):
+                    a = a * m[i]
+                y[i] = a
+        if ti.static(drop):   # then advance the counter (a second task of the same launch)
+            ti.loop_config(serialize=True)
+            for _ in range(1):
+                lo = ti.cast(state[4], ti.i32) + 1
+                hi = ti.cast(state[5], ti.i32)
+                if lo >= 65536:
+                    lo = 0
+                    hi = (hi + 1) % 65536
+                state[4] = lo
+                state[5] = hi
+    return k
+
+
+def _build_epi_bwd(act, dtype, serial, with_b, drop, with_gz, pre=False):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+    _, der = _epi_funcs(act, dtype)
+    CB = 16   # columns per parallel iteration: bias sums in registers, no atomics
+
+    @ti.func
+    def dz(g, z, m):
+        v = g
+        if ti.static(pre):   # m holds m act'(z) from the forward
+            v = v * m
+        else:
+            if ti.static(drop):
+                v = v * m
+            if ti.static(act != "identity"):
+                v = v * der(z)
+        return v
+
+    @ti.kernel
+    def k(g: A, h: A, b: A, m: A, gz: A, gb: A, rows: ti.i32, cols: ti.i32):
+        if ti.static(with_b and serial):   # one row-major pass, the column sums accumulated in gb (L1-resident)
+            ti.loop_config(serialize=True)
+            for j in range(cols):
+                gb[j] = ti.cast(0, T)
+            ti.loop_config(serialize=True)
+            for r in range(rows):
+                for j in range(cols):
+                    i = r * cols + j
+                    v = dz(g[i], h[i] + b[j], m[i])
+                    if ti.static(with_gz):
+                        gz[i] = v
+                    gb[j] += v
+        elif ti.static(with_b):
+            for cb in range((cols + CB - 1) // CB):
+                j0 = cb * CB
+                acc = ti.Vector.zero(T, CB)
+                for r in range(rows):
+                    for jj in ti.static(range(CB)):
+                        if j0 + jj < cols:
+                            i = r * cols + j0 + jj
+                            v = dz(g[i], h[i] + b[j0 + jj], m[i])
+                            if ti.static(with_gz):
+                                gz[r * cols + j0 + jj] = v
+                            acc[jj] += v
+                for jj in ti.static(range(CB)):
+                    if j0 + jj < cols:
+                        gb[j0 + jj] = acc[jj]
+        else:
+            ti.loop_config(serialize=serial)
+            for i in range(rows * cols):
+                gz[i] = dz(g[i], h[i], m[i])
+    return k
+
+
+SAVE_D = ("tanh", "sigmoid", "silu")   # activations whose derivative the forward stores (m act'(z))
+
+
+def epilogue(act, h, b, y, m, state, rows, cols, p, dtype, sdtype, d=None):
+    """y = dropout(act(h + b)) for h (rows, cols), b (cols,) or None, and the mask m (its entries 1 / (1 - p) or
+    0, drawn as :func:`mask` draws them) when ``state`` is a stream (then its counter advances), else no dropout;
+    ``d``: a buffer for m act'(h + b) (read by :func:`epilogue_vjp`) or None. One launch."""
+    n = rows * cols
+    drop = state is not None
+    if not n:
+        if drop:
+            C.cached(("dropout_advance", sdtype), lambda: _build_advance(sdtype))(state)
+        return
+    with_b = b is not None
+    if not drop:
+        sdtype = dtype
+    # serial up to 256K entries, as ``mask`` (a parallel launch wakes the thread pool: on the loaded 2-core
+    # machine it cost more than the serial loop), and whenever every core is busy
+    serial = C.launch_mode(n, C.CHEAP) or (C.backend.on_host() and C.busy())
+    thr = min(int(round(p * (1 << 16))), 1 << 16) if drop else 0
+    scale = 1.0 / (1.0 - p) if drop else 1.0
+    cols4 = cols % 4 == 0
+    save_d = d is not None
+    C.cached(("dense_epi", act, dtype, sdtype, serial, with_b, drop, cols4, save_d),
+             lambda: _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop, cols4, save_d))(
+        h, b if with_b else h, y, m if drop else h, d if save_d else h, state if drop else _dummy_state(sdtype), n,
+        cols, thr, scale)
+
+
+def epilogue_vjp(act, g, h, b, m, gz, gb, rows, cols, dtype, d=None):
+    """gz = g * m * act'(h + b) (m: the dropout mask or None; gz skipped if None), gb = its column sums (b given);
+    with ``d`` (the forward's m act'(h + b)) gz = g * d."""
+    n = rows * cols
+    if not n:
+        return
+    with_b, drop, with_gz = b is not None, m is not None, gz is not None
+    serial = C.launch_mode(n, C.CHEAP) or (C.backend.on_host() and (C.busy() or (with_b and cols < 32)))
+    pre = d is not None
+    if pre:
+        m, drop = d, True
+    C.cached(("dense_epi_vjp", act, dtype, serial, with_b, drop, with_gz, pre),
+             lambda: _build_epi_bwd(act, dtype, serial, with_b, drop, with_gz, pre))(
+        g, h, b if with_b else h, m if drop else h, gz if with_gz else g, gb if with_b else g, rows, cols)
+
+
+_DUMMY = {}   # a stand-in state buffer for the kernels without dropout
+runtime.on_shutdown(_DUMMY.clear)
+
+
+def _dummy_state(sdtype):
+    s = _DUMMY.get(sdtype)
+    if s is None:
+        s = _DUMMY[sdtype] = backend.zeros(STATE_WORDS, sdtype)
+    return s

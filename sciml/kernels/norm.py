@@ -6,6 +6,8 @@ channel: the forward computes the batch mean and biased variance (two passes), w
 (``running = (1 - momentum) running + momentum * stat``, the variance unbiased by m / (m - 1)); the
 backward computes ``sum g`` and ``sum g xhat`` and writes
 ``gx = w / sqrt(var + eps) * (g - sum g / m - xhat sum(g xhat) / m)``, ``gw = sum g xhat``, ``gb = sum g``.
+With ``relu`` (BatchNorm -> ReLU in one kernel) the forward applies ReLU and the backward first multiplies g by
+its step, read from the output y (0 at 0 as PyTorch; NaN stays NaN).
 LayerNorm: the same per row of D values (x (R, D)), the affine per column; its backward accumulates the column
 sums of ``g xhat`` and ``g`` (atomic adds when the row loop runs in parallel).
 """
@@ -13,7 +15,7 @@ from . import _common as C
 from .. import backend
 
 
-def _build_fwd(dtype, serial):
+def _build_fwd(dtype, serial, relu=False):
     ti = C.ti()
     A = C.arr(dtype)
     T = backend.ti_dtype(dtype)
@@ -42,7 +44,10 @@ def _build_fwd(dtype, serial):
             for n in range(N):
                 o = (n * Cc + c) * S
                 for j in range(S):
-                    y[o + j] = (x[o + j] - mu) * a + b[c]
+                    z = (x[o + j] - mu) * a + b[c]
+                    if ti.static(relu):   # max(z, 0) that keeps NaN
+                        z = ti.select(z > 0, z, ti.select(z <= 0, ti.cast(0, T), z))
+                    y[o + j] = z
             mean[c] = mu
             var[c] = var_
             if update:
@@ -51,13 +56,21 @@ def _build_fwd(dtype, serial):
     return k
 
 
-def _build_bwd(dtype, serial, with_x):
+def _build_bwd(dtype, serial, with_x, relu=False):
     ti = C.ti()
     A = C.arr(dtype)
     T = backend.ti_dtype(dtype)
 
+    @ti.func
+    def geff(gv, yv):
+        v = gv
+        if ti.static(relu):   # g * step(y)
+            v = ti.select(yv > 0, v, ti.select(yv <= 0, v * ti.cast(0, T), yv))
+        return v
+
     @ti.kernel
-    def k(x: A, g: A, w: A, mean: A, var: A, gx: A, gw: A, gb: A, N: ti.i32, Cc: ti.i32, S: ti.i32, eps: T):
+    def k(x: A, g: A, y: A, w: A, mean: A, var: A, gx: A, gw: A, gb: A, N: ti.i32, Cc: ti.i32, S: ti.i32,
+          eps: T):
         ti.loop_config(serialize=serial)
         for c in range(Cc):
             m = N * S
@@ -68,7 +81,7 @@ def _build_bwd(dtype, serial, with_x):
             for n in range(N):
                 o = (n * Cc + c) * S
                 for j in range(S):
-                    gv = g[o + j]
+                    gv = geff(g[o + j], y[o + j])
                     sg += gv
                     sgx += gv * (x[o + j] - mu) * r
             gw[c] = sgx
@@ -79,7 +92,7 @@ def _build_bwd(dtype, serial, with_x):
                     o = (n * Cc + c) * S
                     for j in range(S):
                         xh = (x[o + j] - mu) * r
-                        gx[o + j] = a * (g[o + j] - sg / m - xh * sgx / m)
+                        gx[o + j] = a * (geff(g[o + j], y[o + j]) - sg / m - xh * sgx / m)
     return k
 
 
@@ -88,17 +101,50 @@ def _serial(n):
 
 
 def batch_norm_fwd(x, w, b, y, mean, var, rm, rv, N: int, Cc: int, S: int, eps: float, momentum: float,
-                   update: bool, dtype: str):
+                   update: bool, dtype: str, relu: bool = False):
     serial = _serial(N * Cc * S) or Cc < 4
-    C.cached(("bn_fwd", dtype, serial), lambda: _build_fwd(dtype, serial))(
+    C.cached(("bn_fwd", dtype, serial, relu), lambda: _build_fwd(dtype, serial, relu))(
         x, w, b, y, mean, var, rm, rv, N, Cc, S, eps, momentum, int(update))
 
 
 def batch_norm_bwd(x, g, w, mean, var, gx, gw, gb, N: int, Cc: int, S: int, eps: float, dtype: str,
-                   with_x: bool = True):
+                   with_x: bool = True, y=None):
+    """``y``: the forward's output when it applied ReLU (g is multiplied by its step), else None."""
     serial = _serial(N * Cc * S) or Cc < 4
-    C.cached(("bn_bwd", dtype, serial, with_x), lambda: _build_bwd(dtype, serial, with_x))(
-        x, g, w, mean, var, gx, gw, gb, N, Cc, S, eps)
+    relu = y is not None
+    C.cached(("bn_bwd", dtype, serial, with_x, relu), lambda: _build_bwd(dtype, serial, with_x, relu))(
+        x, g, y if relu else g, w, mean, var, gx, gw, gb, N, Cc, S, eps)
+
+
+# --- BatchNorm in eval mode: the running statistics, one pass per (sample, channel) plane ----------------
+def _build_eval(dtype, serial, affine, relu):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def k(x: A, w: A, b: A, rm: A, rv: A, y: A, N: ti.i32, Cc: ti.i32, S: ti.i32, eps: T):
+        ti.loop_config(serialize=serial)
+        for q in range(N * Cc):
+            c = q % Cc
+            mu = rm[c]
+            sd = ti.sqrt(rv[c] + eps)
+            for j in range(S):
+                z = (x[q * S + j] - mu) / sd   # the composed form's operations and order
+                if ti.static(affine):
+                    z = z * w[c] + b[c]
+                if ti.static(relu):
+                    z = ti.select(z > 0, z, ti.select(z <= 0, ti.cast(0, T), z))
+                y[q * S + j] = z
+    return k
+
+
+def batch_norm_eval(x, w, b, rm, rv, y, N: int, Cc: int, S: int, eps: float, dtype: str, relu: bool = False):
+    """y = (x - rm) / sqrt(rv + eps) * w + b per channel (w, b None: no affine), then ReLU with ``relu``."""
+    serial = C.launch_mode(N * Cc * S, C.CHEAP) or N * Cc < 4
+    affine = w is not None
+    C.cached(("bn_eval", dtype, serial, affine, relu), lambda: _build_eval(dtype, serial, affine, relu))(
+        x, w if affine else rm, b if affine else rm, rm, rv, y, N, Cc, S, eps)
 
 
 # --- LayerNorm: rows of D values (x (R, D) row-major), affine w, b (D,) ------------------------------------

@@ -13,17 +13,21 @@ from ..autodiff.tensor import Tensor, zeros
 from ..kernels import nn_conv as K
 
 
-def conv_epilogue_composed(y, b, shape):
+def conv_epilogue_composed(y, b, shape, relu=False):
     N, Ho, Wo = shape
-    return transpose(reshape(y + b, (N, Ho, Wo, b.shape[0])), (0, 3, 1, 2))
+    out = transpose(reshape(y + b, (N, Ho, Wo, b.shape[0])), (0, 3, 1, 2))
+    if relu:
+        from ..autodiff.ops import relu as _relu
+        out = _relu(out)
+    return out
 
 
-def _fwd(y, b, shape):
+def _fwd(y, b, shape, relu=False):
     N, Ho, Wo = shape
     O = b.shape[0]
     out = backend.empty(max(y.size, 1), y.dtype)
     if y.size:
-        K.conv_epilogue(y._buf, b._buf, out, N, Ho * Wo, O, y.dtype)
+        K.conv_epilogue(y._buf, b._buf, out, N, Ho * Wo, O, y.dtype, relu)
     return out, (N, O, Ho, Wo), y.dtype
 
 
@@ -31,17 +35,17 @@ _epi = Primitive("conv_epilogue", _fwd)
 
 
 @_epi.def_vjp
-def _vjp(g, y, b, out, shape):
+def _vjp(g, y, b, out, shape, relu=False):
     if is_grad_enabled() or any(t._tangents for t in (g, y, b, out)):
         from ..autodiff.transforms import vjp
-        _, pull = vjp(lambda y, b: conv_epilogue_composed(y, b, shape), y, b)
+        _, pull = vjp(lambda y, b: conv_epilogue_composed(y, b, shape, relu), y, b)
         return tuple(pull(g, create_graph=is_grad_enabled()))
     N, Ho, Wo = shape
     O, dt = b.shape[0], y.dtype
     gy = backend.empty(max(y.size, 1), dt) if needs(0) else None
     gb = backend.empty(O, dt)
     if y.size:
-        K.conv_epilogue_vjp(g._buf, gy, gb, N, Ho * Wo, O, dt)
+        K.conv_epilogue_vjp(g._buf, gy, gb, N, Ho * Wo, O, dt, out._buf if relu else None)
     else:
         gb = backend.zeros(O, dt)
     return (Tensor._make(gy, y.shape, dt) if gy is not None else None,
@@ -49,12 +53,55 @@ def _vjp(g, y, b, out, shape):
 
 
 @_epi.def_jvp
-def _jvp(ts, y, b, out, shape):
+def _jvp(ts, y, b, out, shape, relu=False):
     from ..autodiff.transforms import jvp
     ts = tuple(zeros(v.shape, v.dtype) if t is None else t for v, t in zip((y, b), ts))
-    return jvp(lambda y, b: conv_epilogue_composed(y, b, shape), (y, b), ts)[1]
+    return jvp(lambda y, b: conv_epilogue_composed(y, b, shape, relu), (y, b), ts)[1]
 
 
-def conv_epilogue(y, b, shape):
-    """(N, O, Ho, Wo) images from the GEMM rows y (N*Ho*Wo, O) plus the bias b (O,); ``shape`` = (N, Ho, Wo)."""
-    return _epi(y, b, shape=tuple(shape))
+def conv_epilogue(y, b, shape, relu=False):
+    """(N, O, Ho, Wo) images from the GEMM rows y (N*Ho*Wo, O) plus the bias b (O,); ``shape`` = (N, Ho, Wo);
+    ``relu``: then ReLU, in the same kernel."""
+    return _epi(y, b, shape=tuple(shape), relu=bool(relu))
+
+
+# --- 2-D pooling: one kernel forward, one backward (sciml/kernels/pool.py) ----------------------------------
+def _pool_fwd(x, mode, k, s, p, out_hw, composed):
+    from ..kernels import pool as KP
+    N, Cc, H, W = x.shape
+    Ho, Wo = out_hw
+    y = backend.empty(max(N * Cc * Ho * Wo, 1), x.dtype)
+    if N * Cc * Ho * Wo:
+        KP.pool2d(mode, x._buf, y, N * Cc, H, W, Ho, Wo, k, s, p, x.dtype)
+    return y, (N, Cc, Ho, Wo), x.dtype
+
+
+_pool = Primitive("pool2d", _pool_fwd)
+
+
+@_pool.def_vjp
+def _pool_vjp(g, x, out, mode, k, s, p, out_hw, composed):
+    if is_grad_enabled() or any(t._tangents for t in (g, x, out)):
+        from ..autodiff.transforms import vjp
+        _, pull = vjp(composed, x)
+        return tuple(pull(g, create_graph=is_grad_enabled()))
+    from ..kernels import pool as KP
+    N, Cc, H, W = x.shape
+    gx = backend.empty(max(x.size, 1), x.dtype)
+    if x.size:
+        KP.pool2d_vjp(mode, x._buf, g._buf, gx, N * Cc, H, W, out_hw[0], out_hw[1], k, s, p, x.dtype)
+    return (Tensor._make(gx, x.shape, x.dtype),)
+
+
+@_pool.def_jvp
+def _pool_jvp(ts, x, out, mode, k, s, p, out_hw, composed):
+    from ..autodiff.transforms import jvp
+    return jvp(composed, (x,), (ts[0],))[1]
+
+
+def pool2d(x, mode, k, s, p, composed):
+    """max / mean pooling of x (N, C, H, W) over kh x kw windows (k, s, p: pairs, already checked) in one kernel;
+    ``composed`` (x -> the same pooling in sciml ops) differentiates the recorded backward passes and tangents."""
+    Ho = (x.shape[2] + 2 * p[0] - k[0]) // s[0] + 1
+    Wo = (x.shape[3] + 2 * p[1] - k[1]) // s[1] + 1
+    return _pool(x, mode=mode, k=tuple(k), s=tuple(s), p=tuple(p), out_hw=(Ho, Wo), composed=composed)

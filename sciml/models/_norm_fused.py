@@ -14,16 +14,21 @@ from ..autodiff.primitive import Primitive, is_grad_enabled
 from ..autodiff.tensor import Tensor, zeros
 from ..kernels import norm as K
 
-__all__ = ["batch_norm_train", "batch_norm_composed", "layer_norm", "layer_norm_composed"]
+__all__ = ["batch_norm_train", "batch_norm_composed", "batch_norm_eval", "batch_norm_eval_composed", "layer_norm", "layer_norm_composed"]
 
 
-def batch_norm_composed(x, w, b, eps):
-    """(x - mean) / sqrt(var + eps) * w + b with the batch statistics over every axis but 1 (biased var)."""
+def batch_norm_composed(x, w, b, eps, relu=False):
+    """(x - mean) / sqrt(var + eps) * w + b with the batch statistics over every axis but 1 (biased var);
+    then ReLU with ``relu``."""
     axes = (0,) + tuple(range(2, x.ndim))
     bshape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     d = x - mean(x, axes, keepdims=True)
     var = mean(d * d, axes, keepdims=True)
-    return d / sqrt(var + eps) * reshape(w, bshape) + reshape(b, bshape)
+    y = d / sqrt(var + eps) * reshape(w, bshape) + reshape(b, bshape)
+    if relu:
+        from ..autodiff.ops import relu as _relu
+        y = _relu(y)
+    return y
 
 
 def _dims(x):
@@ -31,14 +36,14 @@ def _dims(x):
     return N, Cc, x.size // (N * Cc) if N * Cc else 0
 
 
-def _fwd(x, w, b, eps, momentum, running, saved):
+def _fwd(x, w, b, eps, momentum, running, saved, relu=False):
     N, Cc, S = _dims(x)
     dt = x.dtype
     y = backend.empty(max(x.size, 1), dt)
     mu, var = backend.empty(Cc, dt), backend.empty(Cc, dt)
     rm, rv = (running[0]._buf, running[1]._buf) if running is not None else (mu, var)
     K.batch_norm_fwd(x._buf, w._buf, b._buf, y, mu, var, rm, rv, N, Cc, S, float(eps), float(momentum),
-                     running is not None, dt)
+                     running is not None, dt, relu)
     saved["mean"], saved["var"] = mu, var
     return y, x.shape, dt
 
@@ -51,33 +56,87 @@ def _recorded(*ts):
 
 
 @_bn.def_vjp
-def _vjp(g, x, w, b, out, eps, momentum, running, saved):
+def _vjp(g, x, w, b, out, eps, momentum, running, saved, relu=False):
     if _recorded(g, x, w, b, out):
         from ..autodiff.transforms import vjp
-        _, pull = vjp(lambda x, w, b: batch_norm_composed(x, w, b, eps), x, w, b)
+        _, pull = vjp(lambda x, w, b: batch_norm_composed(x, w, b, eps, relu), x, w, b)
         return tuple(pull(g, create_graph=is_grad_enabled()))
     N, Cc, S = _dims(x)
     dt = x.dtype
     gx = backend.empty(max(x.size, 1), dt) if needs(0) else None
     gw, gb = backend.empty(Cc, dt), backend.empty(Cc, dt)
     K.batch_norm_bwd(x._buf, g._buf, w._buf, saved["mean"], saved["var"], gx if gx is not None else gw, gw, gb,
-                     N, Cc, S, float(eps), dt, with_x=gx is not None)
+                     N, Cc, S, float(eps), dt, with_x=gx is not None, y=out._buf if relu else None)
     return (Tensor._make(gx, x.shape, dt) if gx is not None else None,
             Tensor._make(gw, w.shape, dt) if needs(1) else None, Tensor._make(gb, b.shape, dt) if needs(2) else None)
 
 
 @_bn.def_jvp
-def _jvp(ts, x, w, b, out, eps, momentum, running, saved):
+def _jvp(ts, x, w, b, out, eps, momentum, running, saved, relu=False):
     from ..autodiff.transforms import jvp
     xs = (x, w, b)
     ts = tuple(zeros(v.shape, v.dtype) if t is None else t for v, t in zip(xs, ts))
-    return jvp(lambda x, w, b: batch_norm_composed(x, w, b, eps), xs, ts)[1]
+    return jvp(lambda x, w, b: batch_norm_composed(x, w, b, eps, relu), xs, ts)[1]
 
 
-def batch_norm_train(x, w, b, eps=1e-5, momentum=0.1, running=None):
+def batch_norm_train(x, w, b, eps=1e-5, momentum=0.1, running=None, relu=False):
     """Batch normalisation of x (N, C, ...) with its batch statistics; w, b (C,). ``running``: a pair of (C,)
-    Buffers (running mean, running variance) updated in place by the forward kernel, or None."""
-    return _bn(x, w, b, eps=eps, momentum=momentum, running=running, saved={})
+    Buffers (running mean, running variance) updated in place by the forward kernel, or None. ``relu``: then
+    ReLU in the same kernel (its step in the backward kernel)."""
+    return _bn(x, w, b, eps=eps, momentum=momentum, running=running, saved={}, relu=bool(relu))
+
+
+# --- BatchNorm in eval mode (running statistics): one kernel forward ---------------------------------------
+def batch_norm_eval_composed(x, w, b, rm, rv, eps, relu=False):
+    """(x - rm) / sqrt(rv + eps) * w + b per channel (axis 1) in sciml ops; rm, rv constants; w, b None: no
+    affine; then ReLU with ``relu``."""
+    bshape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    y = (x - reshape(rm.detach(), bshape)) / sqrt(reshape(rv.detach(), bshape) + eps)
+    if w is not None:
+        y = y * reshape(w, bshape) + reshape(b, bshape)
+    if relu:
+        from ..autodiff.ops import relu as _relu
+        y = _relu(y)
+    return y
+
+
+def _eval_fwd(*ins, rm, rv, eps, relu):
+    x = ins[0]
+    w, b = (ins[1], ins[2]) if len(ins) == 3 else (None, None)
+    N, Cc, S = _dims(x)
+    y = backend.empty(max(x.size, 1), x.dtype)
+    if x.size:
+        K.batch_norm_eval(x._buf, w._buf if w is not None else None, b._buf if b is not None else None, rm._buf,
+                          rv._buf, y, N, Cc, S, float(eps), x.dtype, relu)
+    return y, x.shape, x.dtype
+
+
+_bn_eval = Primitive("batch_norm_eval", _eval_fwd)
+
+
+def _eval_composed(rm, rv, eps, relu):
+    return lambda x, w=None, b=None: batch_norm_eval_composed(x, w, b, rm, rv, eps, relu)
+
+
+@_bn_eval.def_vjp
+def _eval_vjp(g, *ins, out, rm, rv, eps, relu):   # eval-mode gradients are rare: the composed rule, any order
+    from ..autodiff.transforms import vjp
+    _, pull = vjp(_eval_composed(rm, rv, eps, relu), *ins)
+    return tuple(pull(g, create_graph=is_grad_enabled()))
+
+
+@_bn_eval.def_jvp
+def _eval_jvp(ts, *ins, out, rm, rv, eps, relu):
+    from ..autodiff.transforms import jvp
+    ts = tuple(zeros(v.shape, v.dtype) if t is None else t for v, t in zip(ins, ts))
+    return jvp(_eval_composed(rm, rv, eps, relu), ins, ts)[1]
+
+
+def batch_norm_eval(x, w, b, rm, rv, eps=1e-5, relu=False):
+    """Batch normalisation of x (N, C, ...) with the running statistics rm, rv (C,) (constants), affine w, b (C,)
+    or both None, then ReLU with ``relu``: one kernel forward."""
+    ins = (x,) if w is None else (x, w, b)
+    return _bn_eval(*ins, rm=rm, rv=rv, eps=float(eps), relu=bool(relu))
 
 
 # --- LayerNorm over the trailing axes: one kernel forward, one backward -------------------------------------

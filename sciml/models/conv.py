@@ -31,6 +31,11 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
     ``dilation`` spaces the kernel taps (im2col over the dilated window, then a strided view of it);
     ``groups`` splits the channels into independent convolutions (one batched GEMM)."""
+    return _conv2d(x, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, relu=False):
+    """conv2d, then ReLU when ``relu`` (fused into the bias epilogue kernel: Sequential's Conv2d -> ReLU)."""
     x, weight = as_tensor(x), as_tensor(weight)
     if x.ndim != 4:
         raise ValueError(f"conv2d: x has shape {x.shape}; expected (N, C, H, W).")
@@ -63,9 +68,13 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         bias = as_tensor(bias, y.dtype)
         if bias.dtype == y.dtype and bias.shape == (O,):  # bias + NHWC -> NCHW in one kernel (adjoint: one)
             from ._conv_fused import conv_epilogue
-            return conv_epilogue(y, bias, (N, Ho, Wo))
+            return conv_epilogue(y, bias, (N, Ho, Wo), relu)
         y = bias_act(y, bias, "identity")
-    return transpose(reshape(y, (N, Ho, Wo, O)), (0, 3, 1, 2))
+    y = transpose(reshape(y, (N, Ho, Wo, O)), (0, 3, 1, 2))
+    if relu:
+        from ..autodiff.ops import relu as _relu
+        y = _relu(y)
+    return y
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -181,10 +190,19 @@ def _pool(x, name, kernel_size, stride, padding, pad_value, reduce):
     ph, pw = _pair(f"{name}(padding)", padding, 0)
     if 2 * ph > kh or 2 * pw > kw:
         raise ValueError(f"{name}: padding {(ph, pw)} must be at most half the kernel size {(kh, kw)}.")
-    cols = unfold(x, (kh, kw), stride, (ph, pw), pad_value)       # (N, Ho, Wo, C, kh, kw)
-    N, Ho, Wo, Cc = cols.shape[:4]
-    r = reduce(reshape(cols, (N, Ho, Wo, Cc, kh * kw)), -1)
-    return transpose(r, (0, 3, 1, 2))
+    if x.shape[2] + 2 * ph < kh or x.shape[3] + 2 * pw < kw:
+        raise ValueError(f"{name}: the {kh}x{kw} kernel is larger than the padded image "
+                         f"{x.shape[2] + 2 * ph}x{x.shape[3] + 2 * pw} (x has shape {x.shape}).")
+
+    def composed(x):
+        cols = unfold(x, (kh, kw), stride, (ph, pw), pad_value)       # (N, Ho, Wo, C, kh, kw)
+        N, Ho, Wo, Cc = cols.shape[:4]
+        r = reduce(reshape(cols, (N, Ho, Wo, Cc, kh * kw)), -1)
+        return transpose(r, (0, 3, 1, 2))
+    if x.dtype in ("float32", "float64") and x.size:
+        from ._conv_fused import pool2d       # one kernel forward, one backward; composed for higher orders
+        return pool2d(x, "max" if reduce is _max else "avg", (kh, kw), stride, (ph, pw), composed)
+    return composed(x)
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0):

@@ -150,8 +150,27 @@ class Sequential(Module):
         self.layers = list(layers)
 
     def forward(self, x):
-        for layer in self.layers:
+        layers = self.layers
+        i, n = 0, len(layers)
+        while i < n:
+            layer = layers[i]
+            if i + 1 < n and type(layer) in _RELU_FUSED and _is_relu(layers[i + 1]):
+                y = _RELU_FUSED[type(layer)](layer, x)
+                if y is not None:
+                    x = y
+                    i += 2
+                    continue
+            if type(layer) is Linear and i + 1 < n:
+                plan = _epilogue_plan(layers, i + 1)
+                if plan is not None:
+                    act, drop, used = plan
+                    y = _fused_linear(layer, x, act, drop)
+                    if y is not None:
+                        x = y
+                        i += 1 + used
+                        continue
             x = layer(x)
+            i += 1
         return x
 
     def __getitem__(self, i):
@@ -163,6 +182,78 @@ class Sequential(Module):
     def append(self, layer):
         self.layers.append(layer)
         return self
+
+
+def _epilogue_plan(layers, i):
+    """(activation name, Dropout or None, modules used) when layers[i:] starts with an activation module
+    and / or a Dropout that :func:`~sciml.models._dense_fused.epilogue` computes with the Linear before them
+    (exact types only: a subclass may override forward), else None."""
+    acts, Dropout = _fusion_types()[1:]
+    act, used = acts.get(type(layers[i])), 0
+    if act is not None:
+        used = 1
+    else:
+        act = "identity"
+    drop = layers[i + used] if i + used < len(layers) and type(layers[i + used]) is Dropout else None
+    if drop is not None:
+        used += 1
+    return (act, drop, used) if used else None
+
+
+def _fused_linear(layer, x, act, drop):
+    """dropout(act(layer(x))) as one GEMM and one epilogue kernel, or None when the dtypes do not allow it."""
+    x = layer._check(x)
+    W, b = layer.weight, layer.bias
+    if not isinstance(W, Tensor) or W.dtype not in ("float32", "float64") or x.dtype != W.dtype or \
+            (b is not None and (not isinstance(b, Tensor) or b.dtype != W.dtype or b.ndim != 1)):
+        return None
+    p, state = drop._stream() if drop is not None else (0.0, None)
+    from ._dense_fused import epilogue
+    return epilogue(matmul(x, W), b, act, p, state)
+
+
+_TYPES = []
+
+
+def _fusion_types():
+    """(ReLU, {activation type: epilogue name}, Dropout), imported once (the modules import this one)."""
+    if not _TYPES:
+        from . import activations as A
+        from .norm import Dropout
+        _TYPES.extend((A.ReLU, {A.ReLU: "relu", A.Tanh: "tanh", A.Sigmoid: "sigmoid", A.SiLU: "silu"}, Dropout))
+    return _TYPES
+
+
+def _is_relu(m):
+    return type(m) is _fusion_types()[0]
+
+
+def _conv_relu(layer, x):
+    from .conv import _conv2d
+    return _conv2d(layer._check_x(x), layer.weight, layer.bias, layer.stride, layer.padding, layer.dilation,
+                   layer.groups, relu=True)
+
+
+def _bn_relu(layer, x):
+    return layer._forward(x, relu=True)
+
+
+def _relu_fused():
+    from .conv import Conv2d
+    from .norm import BatchNorm1d, BatchNorm2d
+    return {Conv2d: _conv_relu, BatchNorm1d: _bn_relu, BatchNorm2d: _bn_relu}
+
+
+class _Lazy(dict):
+    """{layer type: fn(layer, x) -> ReLU(layer(x)) in fused kernels, or None}, filled on first use (import order)."""
+
+    def __contains__(self, k):
+        if not dict.__len__(self):
+            self.update(_relu_fused())
+        return dict.__contains__(self, k)
+
+
+_RELU_FUSED = _Lazy()
 
 
 class Flatten(Module):

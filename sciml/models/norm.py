@@ -41,6 +41,17 @@ class _BatchNorm(Module):
         return x
 
     def forward(self, x):
+        return self._forward(x)
+
+    def _forward(self, x, relu=False):
+        """forward, then ReLU when ``relu`` (in the fused training kernel: Sequential's BatchNorm -> ReLU)."""
+        y, fused = self._forward_impl(x, relu)
+        if relu and not fused:
+            from ..autodiff.ops import relu as _relu
+            y = _relu(y)
+        return y
+
+    def _forward_impl(self, x, relu):
         x = self._check(x)
         axes = (0,) + tuple(range(2, x.ndim))
         bshape = (1, self.num_features) + (1,) * (x.ndim - 2)
@@ -54,7 +65,8 @@ class _BatchNorm(Module):
                 w, b = tensor(np.ones(self.num_features), x.dtype), tensor(np.zeros(self.num_features), x.dtype)
             if all(t.dtype == x.dtype for t in (w, b, self.running_mean, self.running_var)):
                 from ._norm_fused import batch_norm_train  # one kernel forward (running stats included), one backward
-                return batch_norm_train(x, w, b, self.eps, self.momentum, (self.running_mean, self.running_var))
+                return batch_norm_train(x, w, b, self.eps, self.momentum, (self.running_mean, self.running_var),
+                                        relu), True
             mu = mean(x, axes, keepdims=True)
             d = x - mu
             var = mean(d * d, axes, keepdims=True)
@@ -65,13 +77,17 @@ class _BatchNorm(Module):
                 self.running_mean._assign(rm)
                 self.running_var._assign(rv)
         else:
+            w, b, rm, rv = self.weight, self.bias, self.running_mean, self.running_var
+            if x.dtype in ("float32", "float64") and all(t is None or t.dtype == x.dtype for t in (w, b, rm, rv)):
+                from ._norm_fused import batch_norm_eval   # one kernel (ReLU included when asked)
+                return batch_norm_eval(x, w, b, rm, rv, self.eps, relu), True
             mu = self.running_mean.detach().reshape(bshape)
             var = self.running_var.detach().reshape(bshape)
             d = x - mu
         y = d / sqrt(var + self.eps)
         if self.weight is not None:
             y = y * self.weight.reshape(bshape) + self.bias.reshape(bshape)
-        return y
+        return y, False
 
     def extra_repr(self):
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
@@ -246,7 +262,19 @@ class Dropout(Module):
         if self.rng_state.shape != (6,):
             raise ValueError(f"Dropout: rng_state has shape {self.rng_state.shape}; expected (6,) (a stream saved by "
                              "an older sciml cannot be continued: load the state dict without it, strict=False).")
+        if x.dtype in ("float32", "float64"):
+            from ._dense_fused import epilogue   # mask, counter advance and product in one kernel; adjoint one
+            return epilogue(x, None, "identity", self.p, self.rng_state)
         return x * _dropout_mask(self.rng_state, shape=x.shape, dtype=x.dtype, p=self.p)
+
+    def _stream(self):
+        """(p, rng_state) when this layer drops (train mode, p > 0), else (0.0, None); checks the state."""
+        if not self.training or self.p == 0:
+            return 0.0, None
+        if self.rng_state.shape != (6,):
+            raise ValueError(f"Dropout: rng_state has shape {self.rng_state.shape}; expected (6,) (a stream saved by "
+                             "an older sciml cannot be continued: load the state dict without it, strict=False).")
+        return self.p, self.rng_state
 
     def extra_repr(self):
         return f"p={self.p}"
