@@ -1,6 +1,7 @@
 """Vulkan pass over the fused sequence kernels (run in its own process by test_rnn_fused.py and
 test_attention_fused.py): the fused recurrent layer (LSTM, GRU, RNN) against a numpy forward reference and
-its backward against the composed ops' on the same device. Exits non-zero naming the failing check."""
+its backward against the composed ops' on the same device; the fused attention likewise
+(SCIML_SEQ_CHECK = rnn (default) | attention | all). Exits non-zero naming the failing check."""
 import os
 import sys
 
@@ -73,25 +74,50 @@ def check_rnn():
                 check(f"{kind} rev={rev} backward {i}", g, w.numpy(), 1e-3)
 
 
+def attn_ref(q, k, v, h, mask, drop):
+    B, L, E = q.shape
+    S, d = k.shape[1], E // h
+    qh, kh, vh = (t.reshape(B, -1, h, d).transpose(0, 2, 1, 3) for t in (q, k, v))
+    s = qh @ kh.transpose(0, 1, 3, 2) / np.sqrt(d) + mask
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    return ((w * drop) @ vh).transpose(0, 2, 1, 3).reshape(B, L, E)
+
+
+def check_attention():
+    from sciml.models._attn_fused import attention, attention_composed
+    f = np.float32
+    B, L, S, E, h = 2, 3, 5, 8, 2
+    q, k, v = R.standard_normal((B, L, E)), R.standard_normal((B, S, E)), R.standard_normal((B, S, E))
+    mask, drop = R.standard_normal((B, 1, L, S)), (R.random((B, h, L, S)) > 0.3) / 0.7
+    T = [sm.tensor(a.astype(f)) for a in (q, k, v, mask, drop)]
+    check("attention forward", attention(*T[:3], num_heads=h, mask=T[3], dropout=T[4]), attn_ref(q, k, v, h, mask, drop))
+    u = sm.tensor(R.standard_normal((B, L, E)).astype(f))
+    kw = dict(num_heads=h, packed=False, has_mask=True, has_drop=True)
+    got = sm.vjp(lambda *t: attention(*t, num_heads=h, mask=T[3], dropout=T[4]), *T[:3])[1](u)
+    want = sm.vjp(lambda *t: attention_composed(*t, T[3], T[4], **kw), *T[:3])[1](u)
+    for i, (g, w) in enumerate(zip(got, want)):
+        check(f"attention backward {i}", g, w.numpy(), 1e-3)
+    qkv = R.standard_normal((B, L, 3 * E))
+    P = sm.tensor(qkv.astype(f))
+    check("attention packed forward", attention(P, num_heads=h),
+          attn_ref(qkv[..., :E], qkv[..., E:2 * E], qkv[..., 2 * E:], h, 0.0, 1.0))
+    got = sm.vjp(lambda t: attention(t, num_heads=h), P)[1](u)[0]
+    want = sm.vjp(lambda t: attention_composed(t, num_heads=h, packed=True, has_mask=False, has_drop=False), P)[1](u)[0]
+    check("attention packed backward", got, want.numpy(), 1e-3)
+
+
 def main():
     assert sm.init(arch="vulkan", dtype="float32", seed=0) == "vulkan"
-    check_rnn()
-    extra = os.environ.get("SCIML_SEQ_CHECK_ATTENTION", "1") == "1"
-    if extra:
-        try:
-            from sciml.models._attn_fused import attention  # noqa: F401
-        except ImportError:
-            extra = False
-    if extra:
+    what = os.environ.get("SCIML_SEQ_CHECK", "rnn")
+    if what in ("rnn", "all"):
+        check_rnn()
+    if what in ("attention", "all"):
         check_attention()
     if fails:
         print("\n".join(fails))
         sys.exit(1)
     print("OK vulkan seq")
-
-
-def check_attention():
-    pass
 
 
 if __name__ == "__main__":
