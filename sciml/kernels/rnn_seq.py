@@ -16,7 +16,8 @@ Layout (T steps, batch B, hidden H, ``NG`` gate rows per unit: 4 LSTM, 3 GRU, 1 
 * ``P``: the packed output ``[y | h_T | c_T]``; ``y`` (T, B, H) or (B, T, H) (``batch_first``) at row
   strides ``ybs`` (batch) and ``yts`` (time).
 
-float32 on CPU with H % 4 == 0 runs vector forms of the cell kernels (4 lanes; ``_vec.py``).
+float32 on CPU runs vector forms of the cell kernels (the host's 8 or 16 lanes where H and the buffers allow,
+else 4; ``_vec.py``).
 """
 from . import _common as C
 from . import recurrent as R
@@ -149,8 +150,7 @@ def _cell_bwd(kind, tanh, T_):
 def _build_fwd(kind, dtype, serial, vec):
     ti = C.ti()
     if vec:
-        from . import _vec as V
-        A = ti.types.ndarray(dtype=ti.types.vector(V.LANES["float32"], ti.f32), ndim=1)
+        A = ti.types.ndarray(dtype=ti.types.vector(vec, ti.f32), ndim=1)
         tanh, sig = R._vec_funcs()
         T_ = ti.f32
     else:
@@ -176,8 +176,7 @@ def _build_fwd(kind, dtype, serial, vec):
 def _build_bwd(kind, dtype, serial, vec):
     ti = C.ti()
     if vec:
-        from . import _vec as V
-        A = ti.types.ndarray(dtype=ti.types.vector(V.LANES["float32"], ti.f32), ndim=1)
+        A = ti.types.ndarray(dtype=ti.types.vector(vec, ti.f32), ndim=1)
         tanh, _ = R._vec_funcs()
         T_ = ti.f32
     else:
@@ -201,18 +200,21 @@ def _build_bwd(kind, dtype, serial, vec):
 
 
 class _Cells:
-    """The forward / backward cell kernel of ``kind`` for these buffers: the 4-lane vector form when it applies
-    (float32 on CPU, H % 4 == 0, every buffer 16-byte aligned), else the scalar one."""
+    """The forward / backward cell kernel of ``kind`` for these buffers: a vector form when it applies (float32 on
+    CPU, H a multiple of the lanes, every buffer aligned for them: the host's wide vectors, else 4 lanes), else
+    the scalar one."""
 
     def __init__(self, kind, which, arrays, dtype, B, H):
         from . import _vec as V
-        ptrs = None
-        if R.VECTOR and dtype == "float32" and H % V.LANES[dtype] == 0 and backend.on_host():
-            ptrs = V.pointers(arrays)
+        L = None
+        if R.VECTOR and dtype == "float32" and backend.on_host():
+            ptrs = [C.address(a) for a in arrays]
+            L = V.lanes_for(ptrs, dtype)
+            if L is not None and H % L:
+                L = V.LANES[dtype] if H % V.LANES[dtype] == 0 and not any(p & 15 for p in ptrs) else None
         build = _build_fwd if which == "fwd" else _build_bwd
-        if ptrs is not None:
-            L = V.LANES[dtype]
-            self.vk = V.cached(("rnn_seq", kind, which, "vec"), lambda: build(kind, dtype, True, True), L)
+        if L is not None:
+            self.vk = V.cached(("rnn_seq", kind, which, "vec", L), lambda: build(kind, dtype, True, L), L)
             self.arrays, self.ptrs, self.counts, self.unit = arrays, ptrs, [a.size // L for a in arrays], L
         else:
             serial = C.launch_mode(B * H, 8)
@@ -245,8 +247,16 @@ runtime.on_shutdown(_ZEROS.clear)
 def _zeros(n, dtype):
     z = _ZEROS.get((n, dtype))
     if z is None:
-        z = _ZEROS[(n, dtype)] = backend.zeros(n, dtype)
+        z = _ZEROS[(n, dtype)] = _empty(n, dtype, backend.zeros)
     return z
+
+
+_MIN_ALIGNED = backend.ALIGN_MIN_BYTES // 4  # elements: backend buffers this big start on a 64-byte boundary
+
+
+def _empty(n, dtype, alloc=backend.empty):
+    """A buffer of at least ``n`` elements (on CPU at least 64 KB, so that the wide vector kernels may use it)."""
+    return alloc(max(n, _MIN_ALIGNED) if backend.on_host() else n, dtype)
 
 
 def forward(kind, X, W_ih, bias, W_hh, h0, c0, T, B, I, H, reverse, ybs, yts, dtype):
@@ -268,6 +278,10 @@ def forward(kind, X, W_ih, bias, W_hh, h0, c0, T, B, I, H, reverse, ybs, yts, dt
     R.copy(h0, 0, Hs, r * T * BH, BH, dtype)
     if lstm:
         R.copy(c0, 0, Cs, r * T * BH, BH, dtype)
+    if backend.on_host():  # the biases in a buffer aligned for the wide vector kernels
+        b = _empty(bias.size, dtype)
+        R.copy(bias, 0, b, 0, bias.size, dtype)
+        bias = b
     cells = _Cells(kind, "fwd", (G, bias, S, Hs, Cs, P), dtype, B, H)
     u = cells.unit
     with R._step_threads(B, NGH, H):
@@ -295,9 +309,9 @@ def backward(kind, gP, X, W_ih, W_hh, saved, T, B, I, H, reverse, ybs, yts, dtyp
     G, S, Hs, Cs = saved["G"], saved["S"], saved["Hs"], saved["Cs"]
     dG = backend.empty(T * B * NGH, dtype)
     dS = backend.empty(T * B * NGH, dtype) if gru else _zeros(16, dtype)
-    dh = backend.empty(BH, dtype)
+    dh = _empty(BH, dtype)
     R.copy(gP, nY, dh, 0, BH, dtype)
-    dc = backend.empty(BH, dtype)        # LSTM: the cell state's cotangent; GRU: the direct part of dh_prev
+    dc = _empty(BH, dtype)        # LSTM: the cell state's cotangent; GRU: the direct part of dh_prev
     if lstm:
         R.copy(gP, nY + BH, dc, 0, BH, dtype)
     cells = _Cells(kind, "bwd", (G, S, Hs, Cs, dh, gP, dc, dG, dS), dtype, B, H)
@@ -341,6 +355,6 @@ def backward(kind, gP, X, W_ih, W_hh, saved, T, B, I, H, reverse, ybs, yts, dtyp
                 R.copy(Hs, BH, hp, 0, nY, dtype)
         LA.matmul(dGr, hp, dWh, 1, NGH, H, T * B, True, False, dtype)
         out[3] = dWh
-    out[4] = dh
-    out[5] = dc if lstm else None
+    out[4] = dh[:BH] if host else dh
+    out[5] = (dc[:BH] if host else dc) if lstm else None
     return out
