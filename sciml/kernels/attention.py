@@ -41,7 +41,7 @@ def _types(dtype, vec):
     return AV, A, T, hsum, Lq
 
 
-def _build_fwd(dtype, serial, has_mask, has_drop, vec=0):
+def _build_fwd(dtype, serial, vec=0):
     """Row arrays (Q, K, V, O) hold units of ``lanes`` values (vectors on CPU float32, else scalars); every
     index and stride below counts units. Each output unit is written once (no zero fill)."""
     ti = C.ti()
@@ -52,7 +52,7 @@ def _build_fwd(dtype, serial, has_mask, has_drop, vec=0):
     @ti.kernel
     def k(Q: AR, K: AR, V: AR, M: A, D: A, O: AR, P: A, BH: ti.i32, h: ti.i32, L: ti.i32, S: ti.i32, d: ti.i32,
           q0: ti.i32, qr: ti.i32, k0: ti.i32, kr: ti.i32, v0: ti.i32, vr: ti.i32, mb: ti.i32, mh: ti.i32,
-          scale: T):
+          scale: T, has_mask: ti.i32, has_drop: ti.i32):
         ti.loop_config(serialize=serial)
         for bh in range(BH):
             b = bh // h
@@ -73,7 +73,7 @@ def _build_fwd(dtype, serial, has_mask, has_drop, vec=0):
                     for e in range(1, d):
                         acc += Q[qi + e] * K[kj + e]
                     s = hsum(acc) * scale
-                    if ti.static(has_mask):
+                    if has_mask != 0:
                         s += M[mbase + i * S + j]
                     P[pi + j] = s
                 m = P[pi]
@@ -90,26 +90,26 @@ def _build_fwd(dtype, serial, has_mask, has_drop, vec=0):
                 oi = ob + i * E
                 for e in range(d):
                     w = P[pi]
-                    if ti.static(has_drop):
+                    if has_drop != 0:
                         w *= D[pi]
                     o = w * V[vb + e]
                     for j in range(1, S):
                         w = P[pi + j]
-                        if ti.static(has_drop):
+                        if has_drop != 0:
                             w *= D[pi + j]
                         o += w * V[vb + j * vr + e]
                     O[oi + e] = o
     return k
 
 
-def _build_bwd(dtype, serial, has_drop, vec=0):
+def _build_bwd(dtype, serial, vec=0):
     ti = C.ti()
     AR, A, T, hsum, _ = _types(dtype, vec)
 
     @ti.kernel
     def k(Q: AR, K: AR, V: AR, D: A, P: A, gO: AR, dS: A, dQ: AR, dK: AR, dV: AR, BH: ti.i32, h: ti.i32,
           L: ti.i32, S: ti.i32, d: ti.i32, q0: ti.i32, qr: ti.i32, k0: ti.i32, kr: ti.i32, v0: ti.i32, vr: ti.i32,
-          scale: T):
+          scale: T, has_drop: ti.i32):
         ti.loop_config(serialize=serial)
         for bh in range(BH):
             b = bh // h
@@ -130,7 +130,7 @@ def _build_bwd(dtype, serial, has_drop, vec=0):
                     for e in range(1, d):
                         acc += gO[oi + e] * V[vj + e]
                     dp = hsum(acc)
-                    if ti.static(has_drop):
+                    if has_drop != 0:
                         dp *= D[pi + j]
                     dS[pi + j] = dp
                     rd += P[pi + j] * dp
@@ -139,13 +139,13 @@ def _build_bwd(dtype, serial, has_drop, vec=0):
             for j in range(S):  # dV[j] = sum_i (P D)_ij dO[i];  dK[j] = sum_i dS_ij Q[i]
                 for e in range(d):
                     w = P[pb + j]
-                    if ti.static(has_drop):
+                    if has_drop != 0:
                         w *= D[pb + j]
                     av = w * gO[ob + e]
                     ak = dS[pb + j] * Q[qb + e]
                     for i in range(1, L):
                         w = P[pb + i * S + j]
-                        if ti.static(has_drop):
+                        if has_drop != 0:
                             w *= D[pb + i * S + j]
                         av += w * gO[ob + i * E + e]
                         ak += dS[pb + i * S + j] * Q[qb + i * qr + e]
@@ -186,16 +186,15 @@ def forward(Q, K, V, M, D, O, P, B, h, L, S, d, offs, mstrides, scale, dtype):
     has_mask, has_drop = M is not None, D is not None
     arrays = [Q, K, V, M if has_mask else P, D if has_drop else P, O, P]
     u = _lanes([Q, K, V, O], dtype, d, offs, h * d)
-    sc = (B * h, h, L, S, d // u) + tuple(o // u for o in offs) + tuple(mstrides) + (scale,)
+    sc = (B * h, h, L, S, d // u) + tuple(o // u for o in offs) + tuple(mstrides) + (scale, int(has_mask),
+                                                                                      int(has_drop))
     if u > 1:
         from . import _vec as V_
         lanes = [u, u, u, 1, 1, u, 1]
-        vk = V_.cached(("attn_fwd_vec", dtype, serial, has_mask, has_drop, u),
-                       lambda: _build_fwd(dtype, serial, has_mask, has_drop, u), lanes)
+        vk = V_.cached(("attn_fwd_vec", dtype, serial, u), lambda: _build_fwd(dtype, serial, u), lanes)
         vk(arrays, [C.address(a) for a in arrays], [a.size // n for a, n in zip(arrays, lanes)], sc)
         return
-    k = C.cached(("attn_fwd", dtype, serial, has_mask, has_drop),
-                 lambda: _build_fwd(dtype, serial, has_mask, has_drop))
+    k = C.cached(("attn_fwd", dtype, serial), lambda: _build_fwd(dtype, serial))
     k(*arrays, *sc)
 
 
@@ -206,13 +205,12 @@ def backward(Q, K, V, D, P, gO, dQ, dK, dV, B, h, L, S, d, offs, scale, dtype):
     dS = backend.empty(B * h * L * S, dtype)
     arrays = [Q, K, V, D if has_drop else P, P, gO, dS, dQ, dK, dV]
     u = _lanes([Q, K, V, gO, dQ, dK, dV], dtype, d, offs, h * d)
-    sc = (B * h, h, L, S, d // u) + tuple(o // u for o in offs) + (scale,)
+    sc = (B * h, h, L, S, d // u) + tuple(o // u for o in offs) + (scale, int(has_drop))
     if u > 1:
         from . import _vec as V_
         lanes = [u, u, u, 1, 1, u, 1, u, u, u]
-        vk = V_.cached(("attn_bwd_vec", dtype, serial, has_drop, u), lambda: _build_bwd(dtype, serial, has_drop, u),
-                       lanes)
+        vk = V_.cached(("attn_bwd_vec", dtype, serial, u), lambda: _build_bwd(dtype, serial, u), lanes)
         vk(arrays, [C.address(a) for a in arrays], [a.size // n for a, n in zip(arrays, lanes)], sc)
         return
-    k = C.cached(("attn_bwd", dtype, serial, has_drop), lambda: _build_bwd(dtype, serial, has_drop))
+    k = C.cached(("attn_bwd", dtype, serial), lambda: _build_bwd(dtype, serial))
     k(*arrays, *sc)

@@ -109,7 +109,7 @@ def test_cells_match_torch():
             np.testing.assert_allclose(g.numpy(), w.detach().numpy(), rtol=1e-12, atol=1e-13)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN_RELU"])   # RNN_TANH: the relu cell with tanh
 def test_float32_vector_cells_equal_scalar_cells(kind, monkeypatch):
     from sciml.kernels import recurrent as KR
     args = _args(kind, T=5, B=3, I=3, H=8, dtype="float32", seed=2)
@@ -124,15 +124,29 @@ def test_float32_vector_cells_equal_scalar_cells(kind, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
 
 
-def test_fused_seq_kernels_on_vulkan():
+def test_fused_seq_kernels_on_vulkan(tmp_path):
+    from tests.models.vulkan_seq_check import write_cases
+    cases = []
+    for kind, rev, bf in (("LSTM", False, False), ("LSTM", True, True), ("GRU", True, True), ("RNN_TANH", True, False),
+                          ("RNN_RELU", False, True)):
+        args = [a.numpy() for a in _args(kind, T=4, B=3, I=2, H=8, seed=4)]
+        out = rnn_layer(*(sm.tensor(a) for a in args), kind=kind)
+        cases.append((f"{kind}_{rev}_{bf}", "rnn", dict(kind=kind, reverse=rev, batch_first=bf), args, [],
+                      R.standard_normal(out.shape)))
+    _run_vulkan(tmp_path, cases, write_cases)
+
+
+def _run_vulkan(tmp_path, cases, write_cases):
     from tests.test_vulkan import _vulkan_available
     if not _vulkan_available():
         if os.environ.get("SCIML_REQUIRE_VULKAN"):   # set by .ci/run: CI must really run this pass
             pytest.fail("no Vulkan ICD installed; SCIML_REQUIRE_VULKAN is set")
         pytest.skip("no Vulkan ICD installed (apt-get install mesa-vulkan-drivers)")
+    path = str(tmp_path / "cases.npz")
+    write_cases(path, cases)
     env = dict(os.environ)
     env.pop("SCIML_ARCH", None)
     env.pop("SCIML_DTYPE", None)
-    r = subprocess.run([sys.executable, os.path.join(HERE, "vulkan_seq_check.py")], capture_output=True,
+    r = subprocess.run([sys.executable, os.path.join(HERE, "vulkan_seq_check.py"), path], capture_output=True,
                        text=True, env=env, timeout=600)
     assert r.returncode == 0 and "OK vulkan seq" in r.stdout, (r.stdout + r.stderr)[-4000:]
