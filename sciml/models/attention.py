@@ -106,6 +106,9 @@ class MultiheadAttention(Module):
         if k.shape[0] != B or v.shape[:2] != k.shape[:2]:
             raise ValueError(f"MultiheadAttention: query, key, value shapes {query.shape}, {key.shape}, {value.shape} "
                              "do not agree (same batch; key and value the same length).")
+        if B * L * S == 0:
+            raise ValueError(f"MultiheadAttention: empty batch or sequence (query {tuple(query.shape)}, key "
+                             f"{tuple(key.shape)}); every axis must have at least one entry.")
         mask = self._mask(attn_mask, key_padding_mask, B, L, S, q.dtype)
         W, b = self.in_proj_weight, self.in_proj_bias
         if self_attn:  # one GEMM for q, k and v; the fused attention reads the heads in place

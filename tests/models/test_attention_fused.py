@@ -89,6 +89,12 @@ def test_nan_propagates_and_masked_rows():
     assert np.isnan(out[:, 1]).all() and np.isfinite(out[:, 0]).all()
 
 
+def test_empty_sequence_is_a_clear_error():
+    m = MultiheadAttention(8, 2, batch_first=True)
+    with pytest.raises(ValueError, match=r"empty batch or sequence \(query \(2, 0, 8\)"):
+        m(sm.zeros((2, 0, 8)), sm.zeros((2, 0, 8)), sm.zeros((2, 0, 8)))
+
+
 def test_float32_vector_kernels_equal_scalar_kernels(monkeypatch):
     from sciml.kernels import attention as KA
     for packed in (True,):  # the layouts differ only in offsets and strides (both checked in float64 above)
