@@ -35,10 +35,11 @@ def _scalar_funcs(dtype):
 def _cell_fwd(kind, tanh, sig, T_):
     """The forward cell body for one (b, j) as a ti.func (shared by the scalar and vector kernels)."""
     ti = C.ti()
+    tp = ti.template()  # the arrays are passed through
 
     if kind == "LSTM":
         @ti.func
-        def cell(G: ti.template(), bias: ti.template(), S: ti.template(), Hs: ti.template(), Cs: ti.template(), P: ti.template(), g0, p0, n0, y0, j, hv, last, tl, bh):
+        def cell(G: tp, bias: tp, S: tp, Hs: tp, Cs: tp, P: tp, g0, p0, n0, y0, j, hv, last, tl, bh):
             gi = sig(G[g0 + j] + bias[j])
             gf = sig(G[g0 + hv + j] + bias[hv + j])
             gg = tanh(G[g0 + 2 * hv + j] + bias[2 * hv + j])
@@ -57,7 +58,7 @@ def _cell_fwd(kind, tanh, sig, T_):
                 P[tl + bh + j] = c
     elif kind == "GRU":  # bias: [b_ih (3H) | b_hh (3H)]; S[g0..]: h W_hh^T (no bias) of this step
         @ti.func
-        def cell(G: ti.template(), bias: ti.template(), S: ti.template(), Hs: ti.template(), Cs: ti.template(), P: ti.template(), g0, p0, n0, y0, j, hv, last, tl, bh):
+        def cell(G: tp, bias: tp, S: tp, Hs: tp, Cs: tp, P: tp, g0, p0, n0, y0, j, hv, last, tl, bh):
             one = ti.cast(1, T_)
             r = sig(G[g0 + j] + bias[j] + S[g0 + j] + bias[3 * hv + j])
             z = sig(G[g0 + hv + j] + bias[hv + j] + S[g0 + hv + j] + bias[4 * hv + j])
@@ -76,7 +77,7 @@ def _cell_fwd(kind, tanh, sig, T_):
         relu = kind == "RNN_RELU"
 
         @ti.func
-        def cell(G: ti.template(), bias: ti.template(), S: ti.template(), Hs: ti.template(), Cs: ti.template(), P: ti.template(), g0, p0, n0, y0, j, hv, last, tl, bh):
+        def cell(G: tp, bias: tp, S: tp, Hs: tp, Cs: tp, P: tp, g0, p0, n0, y0, j, hv, last, tl, bh):
             a = G[g0 + j] + bias[j]
             h = a
             if ti.static(relu):  # ordered compares: NaN stays NaN
@@ -96,10 +97,11 @@ def _cell_bwd(kind, tanh, T_):
     """The backward cell body for one (b, j): reads the cotangent ``dh`` of h_t (recurrent part + output),
     writes the gate cotangents and carries dc (LSTM)."""
     ti = C.ti()
+    tp = ti.template()
 
     if kind == "LSTM":
         @ti.func
-        def cell(G: ti.template(), S: ti.template(), Hs: ti.template(), Cs: ti.template(), dh_rec: ti.template(), gP: ti.template(), dc: ti.template(), dG: ti.template(), dS: ti.template(), g0, p0, n0, y0, r0, j, hv):
+        def cell(G: tp, S: tp, Hs: tp, Cs: tp, dh_rec: tp, gP: tp, dc: tp, dG: tp, dS: tp, g0, p0, n0, y0, r0, j, hv):
             one = ti.cast(1, T_)
             gi = G[g0 + j]
             gf = G[g0 + hv + j]
@@ -115,7 +117,7 @@ def _cell_bwd(kind, tanh, T_):
             dc[r0 + j] = d * gf
     elif kind == "GRU":  # dG: cotangent of the input pre-activations; dS: of h W_hh^T; dc: the direct dh_prev
         @ti.func
-        def cell(G: ti.template(), S: ti.template(), Hs: ti.template(), Cs: ti.template(), dh_rec: ti.template(), gP: ti.template(), dc: ti.template(), dG: ti.template(), dS: ti.template(), g0, p0, n0, y0, r0, j, hv):
+        def cell(G: tp, S: tp, Hs: tp, Cs: tp, dh_rec: tp, gP: tp, dc: tp, dG: tp, dS: tp, g0, p0, n0, y0, r0, j, hv):
             one = ti.cast(1, T_)
             r = G[g0 + j]
             z = G[g0 + hv + j]
@@ -136,7 +138,7 @@ def _cell_bwd(kind, tanh, T_):
         relu = kind == "RNN_RELU"
 
         @ti.func
-        def cell(G: ti.template(), S: ti.template(), Hs: ti.template(), Cs: ti.template(), dh_rec: ti.template(), gP: ti.template(), dc: ti.template(), dG: ti.template(), dS: ti.template(), g0, p0, n0, y0, r0, j, hv):
+        def cell(G: tp, S: tp, Hs: tp, Cs: tp, dh_rec: tp, gP: tp, dc: tp, dG: tp, dS: tp, g0, p0, n0, y0, r0, j, hv):
             h = G[g0 + j]
             dh = dh_rec[r0 + j] + gP[y0 + j]
             if ti.static(relu):

@@ -3,8 +3,6 @@ composed (values and VJPs, float64) for the packed and the separate layouts, wit
 finite differences to second order; MultiheadAttention / TransformerEncoderLayer against PyTorch's outputs and
 gradients; the float32 vector kernels == the scalar ones; NaN propagation; a Vulkan pass (vulkan_seq_check.py)."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
