@@ -1,5 +1,6 @@
-"""Multi-head attention and the Transformer encoder layer, as PyTorch has them (names, layouts, defaults),
-composed of sciml ops (batched GEMMs, a softmax; differentiable to any order).
+"""Multi-head attention and the Transformer encoder layer, as PyTorch has them (names, layouts, defaults):
+one GEMM for the q, k, v projections (self-attention) and the fused attention primitive
+(``_attn_fused.attention``: one kernel forward, one backward, no head transposes); differentiable to any order.
 
     >>> mha = sm.models.MultiheadAttention(32, 4, batch_first=True)
     >>> y, w = mha(x, x, x)                   # x (batch, seq, 32); w (batch, seq, seq) averaged over heads
@@ -12,12 +13,14 @@ import math
 import numpy as np
 
 from ..autodiff.ops import matmul, reshape, softmax, transpose, where
+from ..autodiff.ops.conv import bias_act
 from ..autodiff.tensor import Tensor, as_tensor, tensor
 from . import _check as C
 from . import init as I
 from .layers import Linear, _activation
 from .module import Module, Parameter
-from .norm import Dropout, LayerNorm
+from ._attn_fused import attention, attention_weights
+from .norm import Dropout, LayerNorm, _dropout_mask
 
 __all__ = ["MultiheadAttention", "TransformerEncoderLayer", "scaled_dot_product_attention"]
 
@@ -30,6 +33,16 @@ def _mask_scores(scores, mask, where_):
     if m.dtype.kind != "f":
         raise TypeError(f"{where_}: mask has dtype {m.dtype}; expected bool (True = masked) or float (added).")
     return scores + tensor(m, scores.dtype)
+
+
+def _additive(m, name):
+    """A bool mask (True = not attended) as 0 / -inf, a float mask as is."""
+    if m.dtype == np.bool_:
+        return np.where(m, -np.inf, 0.0)
+    if m.dtype.kind != "f":
+        raise TypeError(f"MultiheadAttention: {name} has dtype {m.dtype}; expected bool (True = masked) or float "
+                        "(added).")
+    return m.astype(np.float64)
 
 
 def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout=None):
@@ -79,6 +92,7 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
                 average_attn_weights=True):
+        self_attn = query is key and key is value
         q, k, v = as_tensor(query), as_tensor(key), as_tensor(value)
         E, h, d = self.embed_dim, self.num_heads, self.head_dim
         for nm, t in (("query", q), ("key", k), ("value", v)):
@@ -86,19 +100,41 @@ class MultiheadAttention(Module):
                 lead = "(batch, seq, " if self.batch_first else "(seq, batch, "
                 raise ValueError(f"MultiheadAttention(embed_dim={E}): {nm} has shape {t.shape}; expected {lead}{E}).")
         if not self.batch_first:
-            q, k, v = (transpose(t, (1, 0, 2)) for t in (q, k, v))
+            q = transpose(q, (1, 0, 2))
+            k, v = (q, q) if self_attn else (transpose(k, (1, 0, 2)), transpose(v, (1, 0, 2)))
         B, L, S = q.shape[0], q.shape[1], k.shape[1]
         if k.shape[0] != B or v.shape[:2] != k.shape[:2]:
             raise ValueError(f"MultiheadAttention: query, key, value shapes {query.shape}, {key.shape}, {value.shape} "
                              "do not agree (same batch; key and value the same length).")
+        if B * L * S == 0:
+            raise ValueError(f"MultiheadAttention: empty batch or sequence (query {tuple(query.shape)}, key "
+                             f"{tuple(key.shape)}); every axis must have at least one entry.")
+        mask = self._mask(attn_mask, key_padding_mask, B, L, S, q.dtype)
         W, b = self.in_proj_weight, self.in_proj_bias
+        if self_attn:  # one GEMM for q, k and v; the fused attention reads the heads in place
+            y = matmul(reshape(q, (B * L, E)), W, transpose_b=True)
+            qkv = reshape(y if b is None else bias_act(y, b), (B, L, 3 * E))
+            ins = (qkv,)
+        else:
+            def proj(t, i, n):
+                y = matmul(reshape(t, (B * n, E)), W[i * E:(i + 1) * E], transpose_b=True)
+                return reshape(y if b is None else bias_act(y, b[i * E:(i + 1) * E]), (B, n, E))
+            ins = (proj(q, 0, L), proj(k, 1, S), proj(v, 2, S))
+        drop = None
+        if self.attn_drop is not None and self.training:
+            drop = _dropout_mask(self.attn_drop.rng_state, shape=(B, h, L, S), dtype=q.dtype, p=self.dropout)
+        out = attention(*ins, num_heads=h, mask=mask, dropout=drop)                 # (B, L, E)
+        out = self.out_proj(out)
+        if not self.batch_first:
+            out = transpose(out, (1, 0, 2))
+        if not need_weights:
+            return out, None
+        w = attention_weights(*ins, num_heads=h, mask=mask)                          # (B, h, L, S)
+        return out, (w.mean(1) if average_attn_weights else w)
 
-        def proj(t, i, n):
-            y = matmul(reshape(t, (B * n, E)), W[i * E:(i + 1) * E], transpose_b=True)
-            if b is not None:
-                y = y + b[i * E:(i + 1) * E]
-            return transpose(reshape(y, (B, n, h, d)), (0, 2, 1, 3))          # (B, h, n, d)
-        qh, kh, vh = proj(q, 0, L), proj(k, 1, S), proj(v, 2, S)
+    def _mask(self, attn_mask, key_padding_mask, B, L, S, dtype):
+        """attn_mask and key_padding_mask as one additive float mask (B or 1, h or 1, L, S), or None."""
+        h = self.num_heads
         mask = None
         if attn_mask is not None:
             m = attn_mask.numpy() if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
@@ -109,24 +145,18 @@ class MultiheadAttention(Module):
             else:
                 raise ValueError(f"MultiheadAttention: attn_mask has shape {m.shape}; expected ({L}, {S}) or "
                                  f"({B * h}, {L}, {S}).")
-            mask = m
+            mask = _additive(m, "attn_mask")
         if key_padding_mask is not None:
             kp = key_padding_mask.numpy() if isinstance(key_padding_mask, Tensor) else np.asarray(key_padding_mask)
             if kp.shape != (B, S):
                 raise ValueError(f"MultiheadAttention: key_padding_mask has shape {kp.shape}; expected ({B}, {S}).")
-            kp = kp[:, None, None, :]
-            if kp.dtype == np.bool_:
-                kp = np.where(kp, -np.inf, 0.0)
-            mask = kp if mask is None else (np.where(mask, -np.inf, 0.0) if mask.dtype == np.bool_ else mask) + kp
-        drop = self.attn_drop if (self.attn_drop is not None and self.training) else None
-        out, w = scaled_dot_product_attention(qh, kh, vh, mask, drop)           # (B, h, L, d), (B, h, L, S)
-        out = reshape(transpose(out, (0, 2, 1, 3)), (B, L, E))
-        out = self.out_proj(out)
-        if not self.batch_first:
-            out = transpose(out, (1, 0, 2))
-        if not need_weights:
-            return out, None
-        return out, (w.mean(1) if average_attn_weights else w)
+            kp = _additive(kp[:, None, None, :], "key_padding_mask")
+            mask = kp if mask is None else mask + kp
+        if mask is None:
+            return None
+        if mask.shape[2:] != (L, S):
+            mask = np.broadcast_to(mask, mask.shape[:2] + (L, S))
+        return tensor(np.ascontiguousarray(mask), dtype)
 
     def extra_repr(self):
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}"

@@ -1,13 +1,14 @@
 """Recurrent layers as PyTorch has them: RNN, LSTM, GRU (several layers, bidirectional, batch_first) and their
-cells, composed of sciml ops (differentiable to any order).
+cells, as fused Taichi kernels (differentiable to any order).
 
 Parameters carry PyTorch's names and layouts (``weight_ih_l0`` (gates * hidden, input), ``weight_hh_l0``,
 ``bias_ih_l0``, ``bias_hh_l0``, ``..._reverse`` for the backward direction; gate order i, f, g, o for the LSTM
 and r, z, n for the GRU) and PyTorch's initialisation U(-1/sqrt(hidden), 1/sqrt(hidden)), so a PyTorch
-``state_dict`` loads as is (:func:`sciml.serialization.from_torch_state_dict`). The input projection of
-each time step and the recurrent term are one small GEMM each, followed by a few elementwise kernels; each
-step's input and output stay separate tensors until the end, so the backward pass accumulates no per-step
-scatter into a (time, batch, .) buffer.
+``state_dict`` loads as is (:func:`sciml.serialization.from_torch_state_dict`). Each direction of each
+layer is one fused primitive (``_rnn_fused.rnn_layer``): one GEMM for all steps' input projections, per step
+one GEMM and one cell kernel, and in the backward pass one GEMM per weight over all steps; the cells run the
+same primitive with one step. Derivatives of every order (higher orders through the same recurrence in
+composed ops).
 
     >>> lstm = sm.models.LSTM(8, 32, num_layers=2, batch_first=True)
     >>> out, (h, c) = lstm(x)                 # x (batch, time, 8) -> out (batch, time, 32)
@@ -16,8 +17,7 @@ from __future__ import annotations
 
 import math
 
-from ..autodiff.ops import concat, matmul, reshape, sigmoid, stack, tanh, transpose, relu
-from ..autodiff.ops.conv import bias_act
+from ..autodiff.ops import concat, reshape, stack, transpose
 from ..autodiff.tensor import Tensor, as_tensor, zeros
 from . import _check as C
 from . import init as I
@@ -33,29 +33,22 @@ def _uniform(shape, hidden, seed, dtype):
     return Parameter(I.uniform(shape, seed=seed, low=-b, high=b, dtype=dtype))
 
 
-def _linear_t(x, W, b):
-    """x @ W^T + b (PyTorch's weight layout (out, in))."""
-    y = matmul(x, W, transpose_b=True)
-    return y if b is None else y + b
+def _kind_of(kind, nonlinearity):
+    return "RNN_" + nonlinearity.upper() if kind == "RNN" else kind
 
 
-def _rnn_step(kind, nonlinearity, gx, h, c, W_hh, b_hh):
-    """One step given the input projection ``gx`` (batch, gates * H): returns (h', c')."""
-    H = h.shape[-1]
-    gh = _linear_t(h, W_hh, b_hh)
-    if kind == "RNN":
-        a = gx + gh
-        return (tanh(a) if nonlinearity == "tanh" else relu(a)), None
-    if kind == "LSTM":
-        g = gx + gh
-        i, f, gg, o = (g[:, k * H:(k + 1) * H] for k in range(4))
-        c2 = sigmoid(f) * c + sigmoid(i) * tanh(gg)
-        return sigmoid(o) * tanh(c2), c2
-    # GRU: n uses r * (W_hn h + b_hn)
-    r = sigmoid(gx[:, :H] + gh[:, :H])
-    z = sigmoid(gx[:, H:2 * H] + gh[:, H:2 * H])
-    n = tanh(gx[:, 2 * H:] + r * gh[:, 2 * H:])
-    return (1.0 - z) * n + z * h, None
+def _fused_layer(kind, x, W_ih, b_ih, W_hh, b_hh, h0, c0, reverse=False, batch_first=False):
+    """One direction of one layer through the fused primitive (``_rnn_fused.rnn_layer``): x (T, B, I) ->
+    (y (T, B, H) or (B, T, H), h_T, c_T or None)."""
+    from ._rnn_fused import rnn_layer, rnn_outputs
+    T, B, _ = x.shape
+    H = W_hh.shape[1]
+    if kind == "GRU":
+        b = concat([b_ih, b_hh], 0) if b_ih is not None else zeros((6 * H,), x.dtype)
+    else:
+        b = b_ih + b_hh if b_ih is not None else zeros((W_hh.shape[0],), x.dtype)
+    P = rnn_layer(x, W_ih, b, W_hh, h0, c0, kind=kind, reverse=reverse, batch_first=batch_first)
+    return rnn_outputs(P, T, B, H, kind, batch_first)
 
 
 class _Cell(Module):
@@ -90,8 +83,8 @@ class _Cell(Module):
         else:
             h, c = (zeros((B, H), x.dtype) if state is None else state), None
             _check_state(name, "h", h, (B, H))
-        h2, c2 = _rnn_step(self._kind, self.nonlinearity, _linear_t(x, self.weight_ih, self.bias_ih), h, c,
-                           self.weight_hh, self.bias_hh)
+        h2, c2 = _fused_layer(_kind_of(self._kind, self.nonlinearity), reshape(x, (1, B, self.input_size)),
+                              self.weight_ih, self.bias_ih, self.weight_hh, self.bias_hh, h, c)[1:]
         return (h2, c2) if self._kind == "LSTM" else h2
 
     def extra_repr(self):
@@ -183,8 +176,7 @@ class _RNNBase(Module):
             raise ValueError(f"{name}: x has an empty time axis (shape {x.shape}).")
         lstm = self._kind == "LSTM"
         if state is None:
-            h0 = zeros((L * D, B, H), x.dtype)
-            c0 = zeros((L * D, B, H), x.dtype) if lstm else None
+            h0 = c0 = None
         elif lstm:
             if not (isinstance(state, (tuple, list)) and len(state) == 2):
                 raise TypeError(f"{name}: state must be a pair (h0, c0) of shape {(L * D, B, H)}.")
@@ -194,64 +186,27 @@ class _RNNBase(Module):
         else:
             h0, c0 = state, None
             _check_state(name, "h0", h0, (L * D, B, H))
-        if lstm:
-            return self._lstm_fused(x, h0, c0)
-        hs, cs = [], []
-        steps_in = [x[t] for t in range(T)]          # per-step inputs: the cotangents flow into each step's own
-        for layer in range(L):                       # tensor (no (T, B, .) scatter per step in the backward pass)
-            outs = []
-            for d in range(D):
-                W_ih, W_hh = self._param("weight_ih", layer, d), self._param("weight_hh", layer, d)
-                b_ih, b_hh = self._param("bias_ih", layer, d), self._param("bias_hh", layer, d)
-                h = h0[layer * D + d]
-                c = c0[layer * D + d] if lstm else None
-                seq = [None] * T
-                for t in (range(T - 1, -1, -1) if d else range(T)):
-                    h, c = _rnn_step(self._kind, self.nonlinearity, _linear_t(steps_in[t], W_ih, b_ih), h, c, W_hh,
-                                     b_hh)
-                    seq[t] = h
-                outs.append(seq)
-                hs.append(h)
-                cs.append(c)
-            steps_in = outs[0] if D == 1 else [concat([a, b], axis=1) for a, b in zip(*outs)]
-            if self.drop is not None and layer < L - 1:
-                steps_in = [self.drop(s) for s in steps_in]
-        inp = stack(steps_in, axis=0)
-        out = transpose(inp, (1, 0, 2)) if self.batch_first else inp
-        h_n = stack(hs, axis=0)
-        return (out, (h_n, stack(cs, axis=0))) if lstm else (out, h_n)
-
-    def _lstm_fused(self, x, h0, c0):
-        """The LSTM: per layer and direction one GEMM for all steps' input projections, then the fused time
-        loop (:func:`._lstm_fused.lstm_sequence`)."""
-        from ._lstm_fused import lstm_outputs, lstm_sequence
-        T, B = x.shape[:2]
-        D, H, L = 2 if self.bidirectional else 1, self.hidden_size, self.num_layers
-        rev = slice(None, None, -1)
+        kind = _kind_of(self._kind, self.nonlinearity)
         hs, cs, inp = [], [], x
         for layer in range(L):
+            bf = self.batch_first and layer == L - 1 and D == 1  # the last layer writes (batch, time, H) itself
             outs = []
-            n_in = inp.shape[2]
-            flat = reshape(inp, (T * B, n_in))
             for d in range(D):
+                k = layer * D + d
                 W_ih, W_hh = self._param("weight_ih", layer, d), self._param("weight_hh", layer, d)
                 b_ih, b_hh = self._param("bias_ih", layer, d), self._param("bias_hh", layer, d)
-                gx = matmul(flat, W_ih, transpose_b=True)
-                if b_ih is not None:
-                    gx = bias_act(gx, b_ih + b_hh)
-                gx = reshape(gx, (T, B, 4 * H))
-                if d:
-                    gx = gx[rev]
-                k = layer * D + d
-                seq, h, c = lstm_outputs(lstm_sequence(gx, W_hh, h0[k], c0[k]), T, B, H)
-                outs.append(seq[rev] if d else seq)
+                hk = zeros((B, H), x.dtype) if state is None else h0[k]
+                ck = (zeros((B, H), x.dtype) if state is None else c0[k]) if lstm else None
+                y, h, c = _fused_layer(kind, inp, W_ih, b_ih, W_hh, b_hh, hk, ck, reverse=bool(d), batch_first=bf)
+                outs.append(y)
                 hs.append(h)
                 cs.append(c)
             inp = outs[0] if D == 1 else concat(outs, axis=2)
             if self.drop is not None and layer < L - 1:
                 inp = self.drop(inp)
-        out = transpose(inp, (1, 0, 2)) if self.batch_first else inp
-        return out, (stack(hs, axis=0), stack(cs, axis=0))
+        out = transpose(inp, (1, 0, 2)) if self.batch_first and not bf else inp
+        h_n = stack(hs, axis=0)
+        return (out, (h_n, stack(cs, axis=0))) if lstm else (out, h_n)
 
     def extra_repr(self):
         r = f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}"
