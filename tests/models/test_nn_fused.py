@@ -1,4 +1,5 @@
-"""Fused NN kernels (issue 16, speed): the LSTM time loop (sciml/models/_lstm_fused.py, kernels/recurrent.py).
+"""Fused NN kernels (issue 16, speed): the LSTM layer against torch (its fused kernels: test_rnn_fused.py), Dropout,
+BatchNorm, LayerNorm and the conv epilogue.
 
 Each is checked in float64 against finite differences to second order, fused == composed, and against PyTorch
 where installed; the Vulkan pass runs in its own process (vulkan_nn_fused_check.py)."""
@@ -11,41 +12,10 @@ import pytest
 
 import sciml as sm
 from sciml.models import LSTM
-from sciml.models._lstm_fused import lstm_outputs, lstm_sequence, lstm_sequence_composed
 from sciml.testing import check_grads
 
 R = np.random.default_rng(0)
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _lstm_args(T=3, B=2, H=2):
-    return (sm.tensor(R.normal(size=(T, B, 4 * H))), sm.tensor(0.5 * R.normal(size=(4 * H, H))),
-            sm.tensor(R.normal(size=(B, H))), sm.tensor(R.normal(size=(B, H))))
-
-
-def test_lstm_sequence_derivatives_match_finite_differences_to_second_order():
-    check_grads(lstm_sequence, _lstm_args(), order=2)
-
-
-def test_lstm_sequence_fused_equals_composed():
-    args = _lstm_args(T=5, B=3, H=4)
-    np.testing.assert_allclose(lstm_sequence(*args).numpy(), lstm_sequence_composed(*args).numpy(), rtol=1e-13,
-                               atol=1e-14)
-    u = sm.tensor(R.normal(size=lstm_sequence(*args).shape))
-    got = sm.vjp(lstm_sequence, *args)[1](u)
-    want = sm.vjp(lstm_sequence_composed, *args)[1](u)
-    for a, b in zip(got, want):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-13)
-
-
-def test_lstm_sequence_nan_propagates():
-    gx, W, h0, c0 = _lstm_args()
-    a = gx.numpy().copy()
-    a[1, 0, 0] = np.nan
-    P = lstm_sequence(sm.tensor(a), W, h0, c0).numpy()
-    hs = P[:4 * 2 * 2].reshape(4, 2, 2)
-    assert np.isnan(hs[2, 0, 0]) and np.isnan(hs[3:, 0]).all()  # step 1's unit 0, then all of batch row 0
-    assert np.isfinite(hs[:2]).all() and np.isfinite(hs[:, 1]).all()
 
 
 @pytest.mark.parametrize("layers, bidir, batch_first", [(1, False, True), (2, True, False)])
@@ -80,13 +50,6 @@ def test_lstm_layer_second_derivative_through_fused_path():
     m = LSTM(2, 3, seed=0)
     x = sm.tensor(R.normal(size=(4, 2, 2)))
     check_grads(lambda t: m(t)[0], (x,), order=2)
-
-
-def test_lstm_outputs_views():
-    gx, W, h0, c0 = _lstm_args(T=4, B=2, H=3)
-    hs, h, c = lstm_outputs(lstm_sequence(gx, W, h0, c0), 4, 2, 3)
-    assert hs.shape == (4, 2, 3) and h.shape == (2, 3) and c.shape == (2, 3)
-    np.testing.assert_array_equal(hs.numpy()[-1], h.numpy())
 
 
 def test_fused_nn_kernels_on_vulkan():
@@ -275,24 +238,6 @@ def test_conv2d_with_bias_matches_torch():
     np.testing.assert_allclose(gx.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(gp["bias"].numpy(), tc.bias.grad.numpy(), rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(gp["weight"].numpy(), tc.weight.grad.numpy(), rtol=1e-12, atol=1e-13)
-
-
-def test_lstm_float32_vector_cells_equal_scalar_cells():
-    from sciml.kernels import recurrent as KR
-    T, B, H = 6, 3, 8
-    args = [sm.tensor(R.normal(size=s), "float32") for s in [(T, B, 4 * H), (4 * H, H), (B, H), (B, H)]]
-    u = sm.tensor(R.normal(size=((T + 1) * B * H + B * H,)), "float32")
-    res = []
-    for vec in (True, False):
-        KR.VECTOR = vec
-        try:
-            P, pull = sm.vjp(lstm_sequence, *args)
-            res.append([P.numpy()] + [g.numpy() for g in pull(u)])
-        finally:
-            KR.VECTOR = True
-    for a, b in zip(*res):
-        assert a.dtype == np.float32
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 # --- LayerNorm: one fused kernel forward, one backward -------------------------------------------------

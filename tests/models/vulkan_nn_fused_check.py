@@ -1,5 +1,5 @@
-"""Vulkan pass over the fused NN kernels (run in its own process by test_nn_fused.py): the LSTM time loop
-forward and backward against a numpy reference; Dropout masks equal to the plain-Python Threefry stream;
+"""Vulkan pass over the fused NN kernels (run in its own process by test_nn_fused.py): the LSTM layer (2 layers,
+bidirectional) runs and differentiates (its kernels against numpy: vulkan_seq_check.py); Dropout masks equal to the plain-Python Threefry stream;
 fused BatchNorm, LayerNorm (forward/backward) and the conv epilogue vs numpy. Exits non-zero naming the failing
 check."""
 import os
@@ -22,55 +22,10 @@ def check(name, got, want, tol=2e-4):
         fails.append(f"{name}: {e}")
 
 
-def sig(x):
-    return 1 / (1 + np.exp(-x))
-
-
-def lstm_ref(gx, W, h0, c0, gh_out, gc_out):
-    """Forward states and the BPTT gradients in float64 numpy."""
-    T, B, G4 = gx.shape
-    H = G4 // 4
-    hs, cs, acts = [h0], [c0], []
-    for t in range(T):
-        g = gx[t] + hs[-1] @ W.T
-        i, f, gg, o = sig(g[:, :H]), sig(g[:, H:2 * H]), np.tanh(g[:, 2 * H:3 * H]), sig(g[:, 3 * H:])
-        cs.append(f * cs[-1] + i * gg)
-        hs.append(o * np.tanh(cs[-1]))
-        acts.append((i, f, gg, o))
-    dG = np.zeros_like(gx)
-    dW = np.zeros_like(W)
-    dh, dc = np.zeros_like(h0), gc_out.copy()
-    for t in range(T - 1, -1, -1):
-        i, f, gg, o = acts[t]
-        dh = dh + gh_out[t + 1]
-        tc = np.tanh(cs[t + 1])
-        d = dc + dh * o * (1 - tc ** 2)
-        dG[t] = np.concatenate([d * gg * i * (1 - i), d * cs[t] * f * (1 - f), d * i * (1 - gg ** 2),
-                                dh * tc * o * (1 - o)], 1)
-        dW += dG[t].T @ hs[t]
-        dc = d * f
-        dh = dG[t] @ W
-    return np.stack(hs), cs[-1], dG, dW, dh + gh_out[0], dc
-
-
 def main():
     assert sm.init(arch="vulkan", dtype="float32", seed=0) == "vulkan"
     from sciml.models import LSTM
-    from sciml.models._lstm_fused import lstm_sequence
     f = np.float32
-    T, B, H = 5, 3, 4
-    gx, W = R.normal(size=(T, B, 4 * H)), 0.5 * R.normal(size=(4 * H, H))
-    h0, c0 = R.normal(size=(B, H)), R.normal(size=(B, H))
-    gh_out, gc_out = R.normal(size=(T + 1, B, H)), R.normal(size=(B, H))
-    hs, cT, dG, dW, dh0, dc0 = lstm_ref(gx, W, h0, c0, gh_out, gc_out)
-    args = [sm.tensor(a.astype(f)) for a in (gx, W, h0, c0)]
-    P, pull = sm.vjp(lstm_sequence, *args)
-    check("lstm forward h", P.numpy()[:(T + 1) * B * H].reshape(T + 1, B, H), hs)
-    check("lstm forward c_T", P.numpy()[(T + 1) * B * H:].reshape(B, H), cT)
-    u = np.concatenate([gh_out.reshape(-1), gc_out.reshape(-1)]).astype(f)
-    g = pull(sm.tensor(u))
-    for name, got, want in zip(("dgx", "dW_hh", "dh0", "dc0"), g, (dG, dW, dh0, dc0)):
-        check("lstm backward " + name, got, want)
     m = LSTM(2, 3, num_layers=2, bidirectional=True, seed=0)
     out, (hn, cn) = m(sm.tensor(R.normal(size=(4, 2, 2)).astype(f)))
     assert out.shape == (4, 2, 6) and hn.shape == (4, 2, 3), (out.shape, hn.shape)
