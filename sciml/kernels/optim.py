@@ -376,7 +376,7 @@ def _build_gather(dtype, k):
     return ti.kernel(env[f"gather_x{k}"])
 
 
-GATHER_MAX = 32  # scalars per gather launch
+GATHER_MAX = 16  # scalars per gather launch (32 misread the last one on lavapipe)
 
 
 def gather_scalars(out, off, bufs, dtype):

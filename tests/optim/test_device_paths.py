@@ -54,3 +54,84 @@ def test_gather_scalars_copies_first_elements_at_an_offset():
     KO.gather_scalars(out, 4, bufs, "float64")
     assert np.array_equal(out[4:4 + len(bufs)], [b[0] for b in bufs])
     assert (out[:4] == -7).all() and (out[4 + len(bufs):] == -7).all()
+
+
+def _two_loop_np(g, S, Y, rho, slots, gamma):
+    q = -g.copy()
+    al = {}
+    for r in reversed(slots):
+        al[r] = rho[r] * S[r] @ q
+        q -= al[r] * Y[r]
+    if slots:
+        q *= gamma
+    for r in slots:
+        b = rho[r] * Y[r] @ q
+        q += (al[r] - b) * S[r]
+    return q
+
+
+def test_device_lbfgs_kernels_match_numpy_in_float64():
+    """The device L-BFGS pieces (two-loop recursion in one launch, pair update with the acceptance
+    rule and ring order on the device, trial dot products, split / join of leaves) on CPU buffers."""
+    from sciml.kernels import lbfgs as KL
+    rng = np.random.default_rng(2)
+    m, n = 3, 50
+    S, Y = np.zeros(m * n), np.zeros(m * n)
+    st, ist, alpha, R = np.zeros(m + 1), np.zeros(m + 2, np.int32), np.zeros(2 * m), np.zeros(KL.RN)
+    slots, rho, gamma = [], np.zeros(m), 1.0
+    x, g = rng.standard_normal(n), rng.standard_normal(n)
+    for it in range(6):   # fills the history, then replaces the oldest; one rejected pair
+        x_new = x + 0.1 * rng.standard_normal(n)
+        g_new = g + 0.5 * (x_new - x) + 0.01 * rng.standard_normal(n)
+        if it == 4:
+            g_new = g - (x_new - x)          # s.y < 0: rejected
+        KL.lbfgs_push(x_new, x, g_new, g, S, Y, st, ist, R, m, n, "float64")
+        s, y = x_new - x, g_new - g
+        used = len(slots)
+        slot = slots[0] if used == m else next(k for k in range(used, used + m) if k % m not in slots) % m
+        np.testing.assert_allclose(S[slot * n:(slot + 1) * n], s, rtol=1e-15)
+        np.testing.assert_allclose(R[[KL.R_SY, KL.R_YY, KL.R_SINF]], [s @ y, y @ y, np.abs(s).max()], rtol=1e-12)
+        if s @ y > 1e-10 * (y @ y):
+            slots = slots[1:] + [slot] if used == m else slots + [slot]
+            rho[slot], gamma = 1 / (s @ y), (s @ y) / (y @ y)
+        assert R[KL.R_ACCEPT] == (1.0 if it != 4 else 0.0)
+        assert list(ist[:ist[m]]) == slots and ist[m] == len(slots)
+        d = np.empty(n)
+        KL.lbfgs_direction(g_new, S, Y, st, ist, alpha, d, R, m, n, "float64")
+        ref = _two_loop_np(g_new, S.reshape(m, n), Y.reshape(m, n), rho, slots, gamma)
+        np.testing.assert_allclose(d, ref, rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(R[[KL.R_USED, KL.R_GTD, KL.R_DINF]], [len(slots), g_new @ ref, np.abs(ref).max()],
+                                   rtol=1e-10)
+        x, g = x_new, g_new
+    KL.lbfgs_reset(ist, m)
+    d = np.empty(n)
+    KL.lbfgs_direction(g, S, Y, st, ist, alpha, d, R, m, n, "float64")
+    assert np.array_equal(d, -g) and R[KL.R_USED] == 0
+    f = np.array([3.5])
+    KL.eval_dots(x, g, f, R, n, "float64")
+    np.testing.assert_allclose(R[[KL.R_F, KL.R_AB, KL.R_BB, KL.R_BMAX]], [3.5, x @ g, g @ g, np.abs(g).max()],
+                               rtol=1e-12)
+    sizes = [3, 1, 7, 0, 5]
+    flat = rng.standard_normal(sum(sizes))
+    pieces = [np.zeros(k) for k in sizes]
+    KL.split(flat, pieces, sizes, "float64")
+    assert np.array_equal(np.concatenate(pieces), flat)
+    back = np.zeros(sum(sizes))
+    KL.join(pieces, back, sizes, "float64")
+    assert np.array_equal(back, flat)
+
+
+def test_device_paths_on_vulkan():
+    """Vulkan (float32): the grouped Adam update, the solver's scalar gather, the device L-BFGS
+    kernels against numpy, and lbfgs / LBFGS (state dict round trip) on Rosenbrock."""
+    from tests.test_vulkan import _vulkan_available
+    if not _vulkan_available():
+        if os.environ.get("SCIML_REQUIRE_VULKAN"):
+            pytest.fail("no Vulkan ICD installed; SCIML_REQUIRE_VULKAN is set")
+        pytest.skip("no Vulkan ICD installed (apt-get install mesa-vulkan-drivers)")
+    root = os.path.dirname(os.path.dirname(HERE))
+    env = dict(os.environ, SCIML_ARCH="vulkan", PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    env.pop("SCIML_DTYPE", None)
+    r = subprocess.run([sys.executable, os.path.join(HERE, "device_check.py")], capture_output=True, text=True,
+                       env=env, timeout=900)
+    assert r.returncode == 0 and "OK vulkan" in r.stdout, (r.stdout + r.stderr)[-4000:]
