@@ -4,7 +4,9 @@
 
 Scenarios (small sizes, float32; counts of a step after two warm-up steps):
   w2_step       a W2-like fused PINN step: ``value_and_grad`` of a Burgers residual + boundary loss
-                through ``pinn.fused.mlp_derivatives`` (2-32-32-32-32-1, 300 points) and ``Adam.step``
+                through ``pinn.fused.mlp_derivatives`` (2-32-32-32-32-1, 300 points) and ``Adam.step``;
+                ``names``: launches per kernel name
+  w2_bench      the same at the W2 benchmark's 10,400 points (not run by default: pass its name)
   solve_adam    ``pinn.solve`` on Burgers (soft conditions, 300 points), Adam: per step, as the
                 difference of a 5-step and a 2-step run (log lines are outside both)
   lbfgs_iter    ``pinn.solve`` with ``LBFGS(history=3)``: the largest per-iteration counts over
@@ -41,14 +43,13 @@ def _burgers(hard=False):
                                                  Initial(lambda x: -np.sin(np.pi * x), hard=hard)])
 
 
-def w2_step():
+def w2_step(ni=POINTS, nb=60):
     from sciml.models import MLP
     from sciml.optim import Adam
     from sciml.pinn import fused
     rng = np.random.default_rng(0)
-    ni = POINTS
-    X = sm.tensor(rng.uniform(-1, 1, (ni + 60, 2)).astype(np.float32))
-    target = sm.tensor(rng.standard_normal((60, 1)).astype(np.float32))
+    X = sm.tensor(rng.uniform(-1, 1, (ni + nb, 2)).astype(np.float32))
+    target = sm.tensor(rng.standard_normal((nb, 1)).astype(np.float32))
     net = MLP(SIZES, activation=sm.tanh, seed=0)
     ps = list(net.parameters())
     nu = 0.01 / np.pi
@@ -71,7 +72,13 @@ def w2_step():
     with launch_count.counting() as c:
         loss, g = vg(*ps)
         opt.step(list(g))
-    return dict(c)
+    return {**c, "names": dict(c.names.most_common())}
+
+
+def w2_bench():
+    """``w2_step`` at the W2 benchmark's size (benchmarks/bench_w2_w3.py: 10,000 interior points,
+    200 initial and 200 boundary points): the weight-gradient GEMMs have k = 10,400 x streams."""
+    return w2_step(10000, 400)
 
 
 def solve_adam():
