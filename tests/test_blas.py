@@ -376,8 +376,11 @@ def test_device_plans_fill_threads_and_keep_loops_short():
         kc, nch = blas.device_plan(batch, m, n, k)
         assert kc * nch >= k > kc * (nch - 1) and kc <= blas.DEVICE_MAX_K
         tiles = batch * -(-m // 8) * -(-n // 4)
-        assert tiles * (nch + 1) >= min(blas.DEVICE_TARGET_THREADS, tiles * max(1, k // blas.DEVICE_MIN_K))
+        if k > blas.DEVICE_SPLIT_MIN:
+            assert tiles * (nch + 1) >= min(blas.DEVICE_TARGET_THREADS, tiles * max(1, k // blas.DEVICE_MIN_K))
     assert blas.device_plan(1, 10400, 32, 32) == (32, 1)       # the forward GEMM: one launch
+    assert blas.device_plan(1, 32, 32, 1000) == (1000, 1)      # a short sum: not split
+    assert colsum.plan(1, 2000, 32) == (2000, 1)
     assert blas.device_plan(1, 32, 32, 41600)[1] >= 64          # the weight gradient: >= 2048 threads
     for batch, rows, cols in [(1, 41600, 32), (5, 10400, 32), (1, 10, 3), (1, 10 ** 7, 1), (1, 0, 4)]:
         ch, nch = colsum.plan(batch, rows, cols)

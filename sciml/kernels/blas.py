@@ -392,12 +392,13 @@ DEVICE_TILE_I, DEVICE_TILE_J = 8, 4
 DEVICE_TARGET_THREADS = 4096
 DEVICE_MIN_K = 64      # k per thread at least when splitting
 DEVICE_MAX_K = 2048    # k per thread at most (lavapipe: long loops in one invocation misbehave)
+DEVICE_SPLIT_MIN = 1024  # k above which it is split (below, a second launch costs more than it saves)
 
 
 def device_plan(batch: int, m: int, n: int, k: int):
     """(k per chunk, chunks) of a device GEMM (pure Python, tested on CPU)."""
     tiles = batch * (-(-m // DEVICE_TILE_I)) * (-(-n // DEVICE_TILE_J))
-    if k <= 0 or tiles == 0:
+    if k <= DEVICE_SPLIT_MIN or tiles == 0:
         return max(k, 1), 1
     nch = -(-DEVICE_TARGET_THREADS // tiles)
     nch = min(nch, max(1, k // DEVICE_MIN_K))

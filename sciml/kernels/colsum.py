@@ -8,7 +8,7 @@ weighted column sum of ``A^T`` (read through strides, no transpose copy).
 
 One thread per (batch, row chunk, column): on a GPU adjacent threads read adjacent columns of a
 row (coalesced when ``col_stride`` is 1), and ``rows`` is split into chunks so that there are at
-least ``TARGET_THREADS`` threads and no thread loops over more than ``MAX_CHUNK`` rows (lavapipe
+least ``TARGET_THREADS`` threads (sums of at most ``SPLIT_MIN`` rows are not split) and no thread loops over more than ``MAX_CHUNK`` rows (lavapipe
 misbehaves on long per-invocation loops). With one chunk the sums go straight to ``out`` (one
 launch); otherwise every chunk writes its partial sum into a device workspace and the partials
 are summed by the same kernel (one more launch; deterministic: no atomics, a fixed order).
@@ -19,13 +19,15 @@ from .. import backend, runtime
 TARGET_THREADS = 4096  # enough threads to fill a GPU's SMs at the PINN's 32 columns
 MIN_CHUNK = 64         # rows per thread at least (partials cost a write and a read each)
 MAX_CHUNK = 2048       # rows per thread at most (lavapipe: long loops in one invocation misbehave)
+SPLIT_MIN = 2048       # rows above which the sum is split (below, a split's second launch costs more
+                       # than one thread's loop of one multiply-add per row)
 _WORKSPACE: dict = {}  # (dtype, level) -> device buffer of partial sums, grown on demand
 runtime.on_shutdown(_WORKSPACE.clear)
 
 
 def plan(batch: int, rows: int, cols: int):
     """(rows per chunk, chunks): the split of ``rows`` over threads (pure Python, tested on CPU)."""
-    if rows <= 0:
+    if rows <= SPLIT_MIN:
         return max(rows, 1), 1
     groups = max(batch * cols, 1)
     nch = -(-TARGET_THREADS // groups)                          # chunks to reach the thread target

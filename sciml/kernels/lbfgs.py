@@ -441,6 +441,35 @@ def _build_lbfgs_push(dtype, m):
     return k
 
 
+def lbfgs_trial(x, g, d, xt, ist, R, t_desc: float, t_fallback: float, m: int, n: int, dtype: str):
+    """ONE launch: the first trial point of an iteration, chosen on the device from the direction's
+    R[R_USED], R[R_GTD] (written by ``lbfgs_direction``): when pairs are used and g.d < 0, xt = x +
+    t_desc d; otherwise d = -g, xt = x + t_fallback d, and the pairs are forgotten (ist[m] = 0) if
+    any were used. The host learns which with the trial's read (``_run_device``)."""
+    k = C.cached(("lbfgs_trial_dev", dtype), lambda: _build_lbfgs_trial(dtype))
+    k(x, g, d, xt, ist, R, float(t_desc), float(t_fallback), m, n)
+
+
+def _build_lbfgs_trial(dtype):
+    ti, A, F, I = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype)), C.arr("int32")
+    T = backend.ti_dtype(dtype)
+    FT = backend.ti_dtype(acc_dtype(dtype))
+
+    @ti.kernel
+    def k(x: A, g: A, d: A, xt: A, ist: I, R: F, t_desc: FT, t_fb: FT, m: ti.i32, n: ti.i32):
+        for i in range(n):
+            if R[R_USED] > 0 and R[R_GTD] < 0:
+                xt[i] = x[i] + ti.cast(t_desc, T) * d[i]
+            else:
+                di = -g[i]
+                d[i] = di
+                xt[i] = x[i] + ti.cast(t_fb, T) * di
+        for _ in range(1):
+            if R[R_USED] > 0 and not R[R_GTD] < 0:
+                ist[m] = 0
+    return k
+
+
 def lbfgs_reset(ist, m: int):
     """ONE launch: forget the pairs (ist[m] = 0)."""
     k = C.cached(("lbfgs_reset_dev",), lambda: _build_lbfgs_reset())

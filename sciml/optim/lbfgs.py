@@ -308,10 +308,15 @@ def _read(R, acc):
 
 def _run_device(prob, o, callback, hist):
     """L-BFGS on a device (Vulkan, CUDA): the same iteration as ``_run``, with the history state
-    in device buffers and fixed launch counts (the two-loop recursion, the pair update and each
-    trial point's dot products are one launch each, ``kernels/lbfgs.py``), no uploads, and two
-    host reads per iteration with one evaluation: the trial point's loss with its dot products,
-    and the pair update with the next direction's g.d and max |d|."""
+    in device buffers and fixed launch counts (the two-loop recursion, the pair update, the first
+    trial point and each trial point's dot products are one launch each, ``kernels/lbfgs.py``), no
+    uploads, and ONE host read per iteration with one evaluation: the first trial point is chosen on
+    the device (``K.lbfgs_trial``: the direction if it descends, else -g after a reset, with the
+    step the host would take in each case), so the previous pair update's max |s|, the direction's
+    g.d, max |d| and pairs used, and the trial's loss and dot products come back in one read of R.
+    The xtol test of an iteration therefore waits for the next read: when it stops the run, the
+    next iteration's speculative trial is dropped (not counted in nfev / ngev); when a budget ends
+    the run first, R is read once more for it."""
     where, n, dt, m = o["where"], prob.n, prob.dtype, o["m"]
     if hist is None or not hist.compatible(n, dt, o):
         hist = _History(m, n, dt)
@@ -331,38 +336,58 @@ def _run_device(prob, o, callback, hist):
         raise FloatingPointError(GRAD_NONFINITE.format(where=where, it=0, f=f))
     it, reason = 0, None
     gtol, ftol, xtol = o["gtol"], o["ftol"], o["xtol"]
+    pushed = False   # R holds a pair update whose max |s| (the xtol test) has not been read yet
     if gnorm <= gtol:
         reason = "gtol"
     while reason is None:
         reason = budget_spent(it, prob, o)
         if reason is not None:
+            if pushed and _read(R, acc)[K.R_SINF] <= xtol:
+                reason = "xtol"
+            break
+        t_desc, t_fb = o["lr"], min(1.0, 1.0 / gnorm) * o["lr"]   # hist.first_step with / without pairs
+        x_cur, g_cur = x, g
+        xt = backend.empty(n, dt)
+        K.lbfgs_trial(x_cur, g_cur, d, xt, hist.ist, R, t_desc, t_fb, m, n, dt)
+        fbt, gt = _eval_device(prob, xt)
+        K.eval_dots(d, gt, fbt, R, n, dt)
+        r = _read(R, acc)
+        if pushed and r[K.R_SINF] <= xtol:          # the previous iteration's test: the trial is dropped
+            prob.nfev -= 1
+            prob.ngev -= 1
+            reason = "xtol"
             break
         used, gtd, d_inf = r[K.R_USED], r[K.R_GTD], r[K.R_DINF]
         if used > 0 and gtd < 0:
-            t = o["lr"]                                # hist.first_step with pairs stored
+            t = t_desc
         else:                                          # first step, or not a descent direction: -g
-            if used > 0:
-                hist.reset()
-                K.axpy(g, -2.0, g, d, n, dt)
-            gtd, d_inf = -gg, gmax
-            t = min(1.0, 1.0 / gnorm) * o["lr"]
-        x_cur, g_cur = x, g
+            gtd, d_inf, t = -gg, gmax, t_fb            # (the device has reset the pairs and set d = -g)
         finite = [0]
 
-        def phi(tt, x_cur=x_cur, d=d):
-            xt = backend.empty(n, dt)
-            K.axpy(x_cur, tt, d, xt, n, dt)
-            fbt, gt = _eval_device(prob, xt)
-            K.eval_dots(d, gt, fbt, Rt, n, dt)
-            rr = _read(Rt, acc)
+        def outcome(rr, xt):
             ft = rr[K.R_F]
             if not math.isfinite(ft):
                 return math.inf, math.inf, None
             finite[0] += 1
-            return ft, rr[K.R_AB], (xt, gt, rr[K.R_BB], rr[K.R_BMAX])
+            return ft, rr[K.R_AB], (xt, gt_[0], rr[K.R_BB], rr[K.R_BMAX])
 
-        budget = min(o["max_ls"], o["max_eval"] - prob.nfev)
+        gt_ = [gt]
+        first = [(t, outcome(r, xt))]
+
+        def phi(tt, x_cur=x_cur, d=d):
+            if first[0] is not None and tt == first[0][0]:   # the trial evaluated above
+                res, first[0] = first[0][1], None
+                return res
+            first[0] = None
+            xt = backend.empty(n, dt)
+            K.axpy(x_cur, tt, d, xt, n, dt)
+            fbt, gt_[0] = _eval_device(prob, xt)
+            K.eval_dots(d, gt_[0], fbt, Rt, n, dt)
+            return outcome(_read(Rt, acc), xt)
+
+        budget = min(o["max_ls"], o["max_eval"] - prob.nfev + 1)   # + 1: the trial above is counted
         t, f_new, _, st, _, _ = strong_wolfe(phi, f, gtd, t, d_inf, c1=o["c1"], c2=o["c2"], max_evals=budget)
+        pushed = False
         if st is None or not f_new < f:
             if not finite[0]:
                 err = FloatingPointError(ALL_NONFINITE.format(where=where, it=it + 1, f=f))
@@ -376,10 +401,9 @@ def _run_device(prob, o, callback, hist):
             err.result = _result(prob, x, f, gnorm, it, "line_search", o)
             raise err
         K.lbfgs_push(x_new, x_cur, g_new, g_cur, hist.S, hist.Y, hist.st, hist.ist, R, m, n, dt)
-        d = backend.empty(n, dt)                       # the next direction, read with the push
+        d = backend.empty(n, dt)                       # the next direction, read with the next trial
         K.lbfgs_direction(g_new, hist.S, hist.Y, hist.st, hist.ist, hist.alpha2, d, R, m, n, dt)
-        r = _read(R, acc)
-        s_inf = r[K.R_SINF]
+        pushed = True
         f_old = f
         x, g, f, gg = x_new, g_new, f_new, ggt
         gnorm = math.sqrt(ggt)
@@ -391,8 +415,6 @@ def _run_device(prob, o, callback, hist):
             reason = "gtol"
         elif abs(f_old - f) <= ftol * max(abs(f_old), abs(f), 1e-300):
             reason = "ftol"
-        elif s_inf <= xtol:
-            reason = "xtol"
     return _result(prob, x, f, gnorm, it, reason, o), hist
 
 

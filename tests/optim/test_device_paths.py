@@ -107,6 +107,16 @@ def test_device_lbfgs_kernels_match_numpy_in_float64():
     d = np.empty(n)
     KL.lbfgs_direction(g, S, Y, st, ist, alpha, d, R, m, n, "float64")
     assert np.array_equal(d, -g) and R[KL.R_USED] == 0
+    for used, gtd in ((2.0, -1.0), (2.0, 0.5), (0.0, -1.0), (2.0, np.nan)):   # the first trial point
+        R[[KL.R_USED, KL.R_GTD]] = used, gtd
+        ist[m] = 2
+        d0 = rng.standard_normal(n)
+        d, xt = d0.copy(), np.empty(n)
+        KL.lbfgs_trial(x, g, d, xt, ist, R, 0.7, 0.3, m, n, "float64")
+        desc = used > 0 and gtd < 0
+        np.testing.assert_allclose(d, d0 if desc else -g, rtol=0, atol=0)
+        np.testing.assert_allclose(xt, x + (0.7 if desc else 0.3) * d, rtol=1e-15)
+        assert ist[m] == (2 if desc or used == 0 else 0)
     f = np.array([3.5])
     KL.eval_dots(x, g, f, R, n, "float64")
     np.testing.assert_allclose(R[[KL.R_F, KL.R_AB, KL.R_BB, KL.R_BMAX]], [3.5, x @ g, g @ g, np.abs(g).max()],
@@ -135,3 +145,31 @@ def test_device_paths_on_vulkan():
     r = subprocess.run([sys.executable, os.path.join(HERE, "device_check.py")], capture_output=True, text=True,
                        env=env, timeout=900)
     assert r.returncode == 0 and "OK vulkan" in r.stdout, (r.stdout + r.stderr)[-4000:]
+
+
+@pytest.mark.parametrize("opts", [dict(max_iter=40, gtol=1e-9), dict(max_iter=40, xtol=1e-3, gtol=0.0),
+                                  dict(max_iter=5), dict(max_iter=40, max_eval=11)])
+def test_device_lbfgs_loop_takes_the_host_loops_decisions(opts):
+    """``_run_device`` (one read per iteration: the first trial point is chosen on the device, the
+    xtol test waits for the next read) forced on CPU buffers in float64 against the host loop
+    ``_run``: same stop reason, iterations, evaluations and result (Rosenbrock, extended)."""
+    import sciml as sm
+    import importlib
+    L = importlib.import_module("sciml.optim.lbfgs")
+
+    def rosen(x):
+        a, b = x[1:], x[:-1]
+        return (100.0 * (a - b * b) ** 2 + (1.0 - b) ** 2).sum()
+
+    x0 = np.array([-1.2, 1.0, -0.5, 0.8, 1.3])
+    o = L._options("lbfgs", 3, opts.get("max_iter", 40), opts.get("max_eval"), opts.get("gtol", 1e-5), 1e-12,
+                   opts.get("xtol", 1e-12), 1.0, 1e-4, 0.9, 25)
+    ref = L._run(L.Flat(rosen, sm.tensor(x0, "float64"), "lbfgs"), o, None, None)[0]
+    prob = L.Flat(rosen, sm.tensor(x0, "float64"), "lbfgs")
+    hist = L._History(3, prob.n, prob.dtype)
+    hist.st, hist.ist, hist.alpha2 = np.zeros(4), np.zeros(5, np.int32), np.zeros(6)
+    got = L._run_device(prob, o, None, hist)[0]
+    assert (got.reason, got.iterations, got.nfev, got.ngev) == (ref.reason, ref.iterations, ref.nfev, ref.ngev), \
+        (got, ref)
+    np.testing.assert_allclose(got.loss, ref.loss, rtol=1e-9, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(got.params.numpy()), np.asarray(ref.params.numpy()), rtol=1e-7, atol=1e-10)
