@@ -347,6 +347,11 @@ for batch, m, n, k, ta, tb in CASES:
         err = float(np.abs(got - want).max()) / (np.sqrt(max(k, 1)) + 4) if want.size else 0.0
         worst = max(worst, err)
         assert err < tol, (batch, m, n, k, ta, tb, acc, err)
+    big = buf(np.full(batch * m * n + 8, 7.0, dt))   # C written in place at an offset of a larger buffer
+    blas.device_gemm(buf(A), buf(B), big, batch, m, n, k, ta, tb, dt, out_off=5)
+    got = big.to_numpy()[: batch * m * n + 8]
+    assert np.all(got[:5] == 7) and np.all(got[-3:] == 7), (batch, m, n, k)
+    assert float(np.abs(got[5:-3] - ref.ravel()).max(initial=0)) / (np.sqrt(max(k, 1)) + 4) < tol
 X = rng.standard_normal((2, 41600, 32)).astype(dt)
 o = buf(np.zeros(64, dt))
 CS.colsum(buf(X), o, 2, 41600, 32, dt)

@@ -408,36 +408,38 @@ def device_plan(batch: int, m: int, n: int, k: int):
 
 
 def device_gemm(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str,
-                accumulate: bool = False):
-    """out (batch, m, n) (+)= op(a) @ op(b) on flat device buffers: a (batch, m, k), or (batch, k, m)
-    with ``ta``; b (batch, k, n), or (batch, n, k) with ``tb``. 1 launch, 2 when k is split."""
+                accumulate: bool = False, out_off: int = 0):
+    """out[out_off:] (batch, m, n) (+)= op(a) @ op(b) on flat device buffers: a (batch, m, k), or
+    (batch, k, m) with ``ta``; b (batch, k, n), or (batch, n, k) with ``tb``. 1 launch, 2 when k is
+    split. ``out_off``: C starts there (a region of a larger buffer, written in place)."""
     from . import colsum as _cs
     if batch * m * n == 0:
         return
     if k == 0:
         if not accumulate:
-            _cs.colsum(out, out, batch, 0, m * n, dtype)  # zero rows summed: writes zeros
+            _cs.colsum(out, out, batch, 0, m * n, dtype, out_off=out_off)  # zero rows summed: writes zeros
         return
     sai, sak = (1, m) if ta else (k, 1)   # A(i, kk) = a[bt*m*k + i*sai + kk*sak]
     sbk, sbj = (1, k) if tb else (n, 1)   # B(kk, j) = b[bt*k*n + kk*sbk + j*sbj]
     if m == 1:  # out[b, j] = sum_kk a[b, kk] B(kk, j): a weighted column sum of B
         _cs.colsum(b, out, batch, k, n, dtype, weights=a, accumulate=accumulate, x_batch=k * n,
-                   row_stride=sbk, col_stride=sbj, w_batch=k)
+                   row_stride=sbk, col_stride=sbj, w_batch=k, out_off=out_off)
         return
     if n == 1:  # out[b, i] = sum_kk A(i, kk) b[b, kk]: a weighted column sum of A^T
         _cs.colsum(a, out, batch, k, m, dtype, weights=b, accumulate=accumulate, x_batch=m * k,
-                   row_stride=sak, col_stride=sai, w_batch=k)
+                   row_stride=sak, col_stride=sai, w_batch=k, out_off=out_off)
         return
     kc, nch = device_plan(batch, m, n, k)
     from . import _common as C
     kern = C.cached(("gemm_strided", dtype), lambda: _build_device(dtype))
     if nch == 1:
-        kern(a, b, out, batch, m, n, k, sai, sak, sbk, sbj, kc, 1, int(accumulate))
+        kern(a, b, out, batch, m, n, k, sai, sak, sbk, sbj, kc, 1, int(accumulate), out_off)
         return
     total = batch * m * n
     ws = _cs.workspace(nch * total, dtype)
-    kern(a, b, ws, batch, m, n, k, sai, sak, sbk, sbj, kc, nch, 2)
-    _cs.colsum(ws, out, 1, nch, total, dtype, accumulate=accumulate, x_batch=0, row_stride=total, level=1)
+    kern(a, b, ws, batch, m, n, k, sai, sak, sbk, sbj, kc, nch, 2, 0)
+    _cs.colsum(ws, out, 1, nch, total, dtype, accumulate=accumulate, x_batch=0, row_stride=total, out_off=out_off,
+               level=1)
 
 
 def _build_device(dtype):
@@ -450,7 +452,7 @@ def _build_device(dtype):
 
     @ti.kernel
     def gemm_strided(a: A, b: A, c: A, batch: ti.i32, m: ti.i32, n: ti.i32, k: ti.i32, sai: ti.i32,
-                     sak: ti.i32, sbk: ti.i32, sbj: ti.i32, kc: ti.i32, nch: ti.i32, mode: ti.i32):
+                     sak: ti.i32, sbk: ti.i32, sbj: ti.i32, kc: ti.i32, nch: ti.i32, mode: ti.i32, co: ti.i32):
         nbi = (m + TI - 1) // TI
         nbj = (n + TJ - 1) // TJ
         for t in range(batch * nbi * nbj * nch):
@@ -479,7 +481,7 @@ def _build_device(dtype):
                 for ii in ti.static(range(TI)):
                     for jj in ti.static(range(TJ)):
                         acc[ii, jj] += av[ii] * bv[jj]
-            base = ch * batch * m * n if mode == 2 else 0  # chunk ch's partials: row ch of the workspace
+            base = ch * batch * m * n if mode == 2 else co  # chunk ch's partials: row ch of the workspace
             for ii in ti.static(range(TI)):
                 for jj in ti.static(range(TJ)):
                     if i0 + ii < m and j0 + jj < n:

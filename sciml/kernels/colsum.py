@@ -51,8 +51,8 @@ def workspace(n: int, dtype: str, level: int = 0):
 
 
 def colsum(x, out, batch: int, rows: int, cols: int, dtype: str, *, weights=None, accumulate: bool = False,
-           x_batch=None, row_stride=None, col_stride: int = 1, w_batch=None, level: int = 0):
-    """out[b*cols + j] (+)= sum_r (w[b*w_batch + r] *) x[b*x_batch + r*row_stride + j*col_stride]
+           x_batch=None, row_stride=None, col_stride: int = 1, w_batch=None, out_off: int = 0, level: int = 0):
+    """out[out_off + b*cols + j] (+)= sum_r (w[b*w_batch + r] *) x[b*x_batch + r*row_stride + j*col_stride]
     for b < batch, j < cols; defaults: x contiguous (batch, rows, cols), w contiguous (batch, rows).
     Launches: 1 when ``rows`` fits one chunk, else 2 (partials, then their sum)."""
     row_stride = cols if row_stride is None else row_stride
@@ -64,13 +64,15 @@ def colsum(x, out, batch: int, rows: int, cols: int, dtype: str, *, weights=None
     kern = C.cached(("colsum", dtype, weights is not None), lambda: _build(dtype, weights is not None))
     w = x if weights is None else weights
     if nch == 1:
-        kern(x, w, out, batch, rows, cols, x_batch, row_stride, col_stride, w_batch, chunk, 1, int(accumulate))
+        kern(x, w, out, batch, rows, cols, x_batch, row_stride, col_stride, w_batch, chunk, 1, int(accumulate),
+             out_off)
         return
     total = batch * cols
     ws = workspace(nch * total, dtype, level)
-    kern(x, w, ws, batch, rows, cols, x_batch, row_stride, col_stride, w_batch, chunk, nch, 2)
+    kern(x, w, ws, batch, rows, cols, x_batch, row_stride, col_stride, w_batch, chunk, nch, 2, 0)
     # the partials are an (nch, total) matrix: their column sums are the result
-    colsum(ws, out, 1, nch, total, dtype, accumulate=accumulate, x_batch=0, row_stride=total, level=level + 1)
+    colsum(ws, out, 1, nch, total, dtype, accumulate=accumulate, x_batch=0, row_stride=total, out_off=out_off,
+           level=level + 1)
 
 
 def _build(dtype, weighted):
@@ -80,7 +82,7 @@ def _build(dtype, weighted):
 
     @ti.kernel
     def colsum_k(x: A, w: A, out: A, batch: ti.i32, rows: ti.i32, cols: ti.i32, xb: ti.i32, xr: ti.i32,
-                 xc: ti.i32, wb: ti.i32, chunk: ti.i32, nch: ti.i32, mode: ti.i32):
+                 xc: ti.i32, wb: ti.i32, chunk: ti.i32, nch: ti.i32, mode: ti.i32, oo: ti.i32):
         for t in range(batch * nch * cols):
             j = t % cols
             ch = (t // cols) % nch
@@ -94,9 +96,9 @@ def _build(dtype, weighted):
                     s += w[bt * wb + r] * x[base + r * xr]
                 else:
                     s += x[base + r * xr]
-            o = bt * cols + j
+            o = oo + bt * cols + j
             if mode == 2:  # partial sum of chunk ch: row ch of the (nch, batch*cols) workspace
-                out[ch * batch * cols + o] = s
+                out[ch * batch * cols + o] = s   # (oo = 0 here)
             elif mode == 1:
                 out[o] += s
             else:
