@@ -6,7 +6,7 @@ Scenarios (small sizes, float32; counts of a step after two warm-up steps):
   w2_step       a W2-like fused PINN step: ``value_and_grad`` of a Burgers residual + boundary loss
                 through ``pinn.fused.mlp_derivatives`` (2-32-32-32-32-1, 300 points) and ``Adam.step``;
                 ``names``: launches per kernel name
-  w2_bench      the same at the W2 benchmark's 10,400 points (not run by default: pass its name)
+  w2_bench      the same at the W2 benchmark's 10,400 points (long sums: the GEMMs and column sums split)
   solve_adam    ``pinn.solve`` on Burgers (soft conditions, 300 points), Adam: per step, as the
                 difference of a 5-step and a 2-step run (log lines are outside both)
   lbfgs_iter    ``pinn.solve`` with ``LBFGS(history=3)``: the largest per-iteration counts over
@@ -154,7 +154,7 @@ def all_reduce():
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["w2_step", "solve_adam", "lbfgs_iter", "all_reduce"]
+    which = sys.argv[1:] or ["w2_step", "w2_bench", "solve_adam", "lbfgs_iter", "all_reduce"]
     res = {"arch": sm.arch()}
     for name in which:
         res[name] = globals()[name]()
