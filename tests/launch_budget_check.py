@@ -4,11 +4,14 @@
 
 Scenarios (small sizes, float32; counts of a step after two warm-up steps):
   w2_step       a W2-like fused PINN step: ``value_and_grad`` of a Burgers residual + boundary loss
-                through ``pinn.fused.mlp_derivatives`` (2-32-32-32-32-1, 300 points) and ``Adam.step``
+                through ``pinn.fused.mlp_derivatives`` (2-32-32-32-32-1, 300 points) and ``Adam.step``;
+                ``names``: launches per kernel name
+  w2_bench      the same at the W2 benchmark's 10,400 points (long sums: the GEMMs and column sums split)
   solve_adam    ``pinn.solve`` on Burgers (soft conditions, 300 points), Adam: per step, as the
                 difference of a 5-step and a 2-step run (log lines are outside both)
   lbfgs_iter    ``pinn.solve`` with ``LBFGS(history=3)``: the largest per-iteration counts over
-                iterations with one function evaluation, once the history is full
+                iterations with one function evaluation, once the history is full; ``own_launch``:
+                the launches outside the loss's value_and_grad (L-BFGS's own)
   all_reduce    ``distributed.all_reduce`` of a Tensor pytree with one process
 """
 import json
@@ -40,14 +43,13 @@ def _burgers(hard=False):
                                                  Initial(lambda x: -np.sin(np.pi * x), hard=hard)])
 
 
-def w2_step():
+def w2_step(ni=POINTS, nb=60):
     from sciml.models import MLP
     from sciml.optim import Adam
     from sciml.pinn import fused
     rng = np.random.default_rng(0)
-    ni = POINTS
-    X = sm.tensor(rng.uniform(-1, 1, (ni + 60, 2)).astype(np.float32))
-    target = sm.tensor(rng.standard_normal((60, 1)).astype(np.float32))
+    X = sm.tensor(rng.uniform(-1, 1, (ni + nb, 2)).astype(np.float32))
+    target = sm.tensor(rng.standard_normal((nb, 1)).astype(np.float32))
     net = MLP(SIZES, activation=sm.tanh, seed=0)
     ps = list(net.parameters())
     nu = 0.01 / np.pi
@@ -70,7 +72,13 @@ def w2_step():
     with launch_count.counting() as c:
         loss, g = vg(*ps)
         opt.step(list(g))
-    return dict(c)
+    return {**c, "names": dict(c.names.most_common())}
+
+
+def w2_bench():
+    """``w2_step`` at the W2 benchmark's size (benchmarks/bench_w2_w3.py: 10,000 interior points,
+    200 initial and 200 boundary points): the weight-gradient GEMMs have k = 10,400 x streams."""
+    return w2_step(10000, 400)
 
 
 def solve_adam():
@@ -92,8 +100,28 @@ def lbfgs_iter():
     from sciml.models import MLP
     from sciml.optim import LBFGS
     from sciml.pinn import solve
+    import collections
+
+    import sciml.autodiff as AD
     problem = _burgers()
     rows = []
+    evals = collections.Counter()
+    vg = AD.value_and_grad
+
+    def counted_vg(*a, **k):   # the launches of the loss and its gradient, to tell L-BFGS's own apart
+        f = vg(*a, **k)
+
+        def g(*x, **kw):
+            before = launch_count.TOTAL["launch"]
+            try:
+                return f(*x, **kw)
+            finally:
+                evals["launch"] += launch_count.TOTAL["launch"] - before
+        return g
+    AD.value_and_grad = counted_vg
+
+    def collections_snapshot():
+        return {**launch_count.TOTAL, "eval_launch": evals["launch"]}
 
     def cb(info):
         rows.append((info.nfev, collections_snapshot()))
@@ -107,12 +135,11 @@ def lbfgs_iter():
             continue
         for k in ("launch", "read", "upload", "alloc"):
             worst[k] = max(worst.get(k, 0), s1[k] - s0[k])
+        worst["own_launch"] = max(worst.get("own_launch", 0),
+                                  s1["launch"] - s0["launch"] - (s1["eval_launch"] - s0["eval_launch"]))
     worst["iterations"] = sum(1 for (f0, _), (f1, _) in list(zip(rows, rows[1:]))[3:] if f1 - f0 == 1)
+    AD.value_and_grad = vg
     return worst
-
-
-def collections_snapshot():
-    return dict(launch_count.TOTAL)
 
 
 def all_reduce():
@@ -127,7 +154,7 @@ def all_reduce():
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["w2_step", "solve_adam", "lbfgs_iter", "all_reduce"]
+    which = sys.argv[1:] or ["w2_step", "w2_bench", "solve_adam", "lbfgs_iter", "all_reduce"]
     res = {"arch": sm.arch()}
     for name in which:
         res[name] = globals()[name]()

@@ -301,3 +301,113 @@ def test_auto_in_a_fresh_process():
         assert kind == "mkl"
     else:
         assert kind == ("openblas" if has_ob else "mkl" if has_mkl else "numpy")
+
+
+# --- the device GEMM (kernels/blas.py: device_gemm) and column sums (kernels/colsum.py) ---------------
+
+_DEVICE_CASES = [  # batch, m, n, k, ta, tb
+    (1, 32, 32, 41600, True, False),   # a PINN weight gradient: H^T G, split over k
+    (1, 10400, 32, 32, False, False),  # a PINN forward layer
+    (1, 10400, 32, 32, False, True),   # dH = G W^T
+    (1, 1, 32, 10400, False, False),   # ones @ G: a bias gradient (weighted column sum)
+    (3, 1, 7, 999, True, True),
+    (1, 41600, 1, 32, False, False),   # one output column: A @ v
+    (1, 32, 1, 41600, True, False),    # ... with A transposed and k split
+    (2, 13, 11, 5000, True, True), (3, 5, 7, 3, False, False), (2, 9, 6, 130, True, False),
+    (1, 17, 19, 1, False, True), (4, 33, 35, 4097, False, False), (1, 6, 5, 0, False, False),
+]
+
+_DEVICE_CHECK = r'''
+import sys, numpy as np, sciml as sm
+sm.init(arch=sys.argv[1], dtype=sys.argv[2])
+from sciml import backend, runtime
+from sciml.kernels import blas, colsum as CS
+dt = sys.argv[2]
+tol = 2e-6 if dt == "float32" else 1e-12
+rng = np.random.default_rng(0)
+worst = 0.0
+def buf(x):  # a device-style buffer (a ti.ndarray, also on CPU: the kernels' argument kinds stay fixed)
+    return backend.from_numpy(x.ravel(), dt) if runtime.arch() != "cpu" else _nd(x.ravel())
+def _nd(x):
+    import taichi as ti
+    b = ti.ndarray(backend.ti_dtype(dt), max(x.size, 1))
+    if x.size:
+        b.from_numpy(x.astype(dt))
+    return b
+for batch, m, n, k, ta, tb in CASES:
+    A = rng.standard_normal((batch, k, m) if ta else (batch, m, k)).astype(dt)
+    B = rng.standard_normal((batch, n, k) if tb else (batch, k, n)).astype(dt)
+    C0 = rng.standard_normal((batch, m, n)).astype(dt)
+    ref = (A.transpose(0, 2, 1) if ta else A).astype(np.float64) @ (B.transpose(0, 2, 1) if tb else B).astype(np.float64)
+    for acc in (False, True):
+        c = buf(C0)
+        blas.device_gemm(buf(A), buf(B), c, batch, m, n, k, ta, tb, dt, accumulate=acc)
+        got = c.to_numpy()[: batch * m * n].reshape(batch, m, n)
+        want = ref + C0 if acc else ref
+        err = float(np.abs(got - want).max()) / (np.sqrt(max(k, 1)) + 4) if want.size else 0.0
+        worst = max(worst, err)
+        assert err < tol, (batch, m, n, k, ta, tb, acc, err)
+    big = buf(np.full(batch * m * n + 8, 7.0, dt))   # C written in place at an offset of a larger buffer
+    blas.device_gemm(buf(A), buf(B), big, batch, m, n, k, ta, tb, dt, out_off=5)
+    got = big.to_numpy()[: batch * m * n + 8]
+    assert np.all(got[:5] == 7) and np.all(got[-3:] == 7), (batch, m, n, k)
+    assert float(np.abs(got[5:-3] - ref.ravel()).max(initial=0)) / (np.sqrt(max(k, 1)) + 4) < tol
+X = rng.standard_normal((2, 41600, 32)).astype(dt)
+o = buf(np.zeros(64, dt))
+CS.colsum(buf(X), o, 2, 41600, 32, dt)
+err = float(np.abs(o.to_numpy()[:64] - X.astype(np.float64).sum(1).ravel()).max()) / np.sqrt(41600)
+assert err < tol, err
+print("DEVICE-GEMM-OK", worst, err)
+'''
+
+
+def _device_check(arch, dtype, cases):
+    import os
+    import subprocess
+    import sys
+    code = f"CASES = {cases!r}\n" + _DEVICE_CHECK
+    env = dict(os.environ, SCIML_ARCH=arch)
+    r = subprocess.run([sys.executable, "-c", code, arch, dtype], env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0 and "DEVICE-GEMM-OK" in r.stdout, (r.stdout + r.stderr)[-4000:]
+
+
+def test_device_plans_fill_threads_and_keep_loops_short():
+    """The split of k (GEMM) and of rows (column sums): enough threads, at most DEVICE_MAX_K /
+    MAX_CHUNK per thread, chunks covering k exactly once, no split of short sums."""
+    from sciml.kernels import colsum
+    for batch, m, n, k in [(1, 32, 32, 41600), (1, 32, 32, 166400), (1, 10400, 32, 32), (3, 5, 7, 1),
+                           (1, 8, 4, 10 ** 7), (1, 32, 1, 41600), (2, 13, 11, 5000)]:
+        kc, nch = blas.device_plan(batch, m, n, k)
+        assert kc * nch >= k > kc * (nch - 1) and kc <= blas.DEVICE_MAX_K
+        tiles = batch * -(-m // 8) * -(-n // 4)
+        if k > blas.DEVICE_SPLIT_MIN:
+            assert tiles * (nch + 1) >= min(blas.DEVICE_TARGET_THREADS, tiles * max(1, k // blas.DEVICE_MIN_K))
+    assert blas.device_plan(1, 10400, 32, 32) == (32, 1)       # the forward GEMM: one launch
+    assert blas.device_plan(1, 32, 32, 1000) == (1000, 1)      # a short sum: not split
+    assert colsum.plan(1, 2000, 32) == (2000, 1)
+    assert blas.device_plan(1, 32, 32, 41600)[1] >= 64          # the weight gradient: >= 2048 threads
+    for batch, rows, cols in [(1, 41600, 32), (5, 10400, 32), (1, 10, 3), (1, 10 ** 7, 1), (1, 0, 4)]:
+        ch, nch = colsum.plan(batch, rows, cols)
+        assert ch * nch >= rows and ch <= max(colsum.MAX_CHUNK, 1) and (rows == 0 or ch * (nch - 1) < rows)
+    assert colsum.plan(1, 41600, 32)[1] * 32 >= colsum.TARGET_THREADS
+
+
+def test_device_gemm_kernels_float64_on_cpu():
+    """The device kernels (strided operands, split k + partial sums, weighted column sums) in float64,
+    run on arch=cpu against numpy (the CPU's own GEMMs stay on BLAS)."""
+    _device_check("cpu", "float64", [(1, 16, 8, 9000, True, False), (1, 300, 32, 32, False, True),
+                                     (3, 1, 7, 999, True, True), (1, 9, 1, 3000, True, False),
+                                     (2, 13, 11, 500, False, True), (1, 6, 5, 0, False, False)])
+
+
+def test_device_gemm_on_vulkan_float32():
+    """matmul's device path on Vulkan (float32) against numpy, PINN shapes included."""
+    import os
+
+    from tests.test_vulkan import _vulkan_available
+    if not _vulkan_available():
+        if os.environ.get("SCIML_REQUIRE_VULKAN"):
+            pytest.fail("no Vulkan ICD installed; SCIML_REQUIRE_VULKAN is set")
+        pytest.skip("no Vulkan ICD installed (apt-get install mesa-vulkan-drivers)")
+    _device_check("vulkan", "float32", _DEVICE_CASES)

@@ -19,9 +19,11 @@ from tests.test_vulkan import _vulkan_available
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 BUDGETS = {  # scenario: {counter: most allowed}; measured 2026-11-25 (Taichi 1.7.4, lavapipe)
-    "w2_step": {"launch": 126, "read": 0, "upload": 0},      # target: launch <= 60
-    "solve_adam": {"launch": 143, "read": 4, "upload": 0},   # target: read 0 (1 + number of loss terms today)
-    "lbfgs_iter": {"launch": 171, "read": 4, "upload": 2},   # target: launch <= 40, read <= 1, upload 0
+    "w2_step": {"launch": 101, "read": 0, "upload": 0},      # target: launch <= 60 (Adam: 1 launch)
+    "w2_bench": {"launch": 109, "read": 0, "upload": 0},     # the same at 10,400 points (was ~230: k-launch loops)
+    "solve_adam": {"launch": 119, "read": 0, "upload": 0},   # the step values wait on the device (1 gather launch)
+    "lbfgs_iter": {"launch": 123, "read": 1, "upload": 0,    # the issue's target: read <= 1 (met)
+                   "own_launch": 6},   # L-BFGS's own launches, all but the loss's (target <= 40)
     "all_reduce": {"launch": 0, "read": 0, "upload": 0, "alloc": 0},
 }
 
@@ -90,3 +92,44 @@ def test_single_process_all_reduce_and_broadcast_touch_nothing():
         dist.all_reduce({"x": "nope"})
     with pytest.raises(TypeError, match="broadcast: got a bool Tensor"):
         dist.broadcast([sm.tensor(np.ones(2)) > 0])
+
+
+def test_deferred_step_values_give_the_same_history_and_nan_step():
+    """solve's device path (step values held in a device buffer, read on log lines) forced on the
+    CPU: the history is bit-identical to reading every step, and a diverging run names the same
+    step; the plain progress lines (no terminal) read the values at their own steps."""
+    import numpy as np
+
+    import sciml as sm
+    from sciml.models import MLP
+    from sciml.optim import LBFGS, Adam
+    from sciml.pinn import solver as S
+    from sciml.pinn import Dirichlet, Initial, Interval, Problem, TimeInterval, d
+
+    def _burgers():   # as in launch_budget_check.py (which starts its own Vulkan runtime)
+        def residual(u, x, t):
+            return d(u, t) + u * d(u, x) - 0.01 / np.pi * d(u, x, x)
+        return Problem(Interval(-1, 1) * TimeInterval(0, 1), residual,
+                       conditions=[Dirichlet(0.0, on="boundary"), Initial(lambda x: -np.sin(np.pi * x))])
+
+    def run(defer, lr=1e-3, **kw):
+        S._DEFER = defer
+        try:
+            return S.solve(_burgers(), MLP([2, 8, 8, 1], activation=sm.tanh, seed=0), points=100,
+                           stages=[(Adam(lr=lr), 13), (LBFGS(history=3), 2)], log_every=5,
+                           dtype="float32", **kw).history
+        finally:
+            S._DEFER = None
+    a, b = run(False, progress=False), run(True, progress=True)
+    assert a["step"] == b["step"] and len(a["step"]) >= 14
+    assert len(a) == len(b) >= 6
+    for k in a:
+        if k not in ("time", "rel_l2"):
+            assert a[k] == b[k], k
+    assert np.array_equal(a["rel_l2"], b["rel_l2"], equal_nan=True)
+    msgs = []
+    for defer in (False, True):
+        with pytest.raises(FloatingPointError) as e:
+            run(defer, lr=1e30, progress=False)
+        msgs.append(str(e.value))
+    assert msgs[0] == msgs[1] and "at step" in msgs[0], msgs

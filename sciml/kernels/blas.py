@@ -374,4 +374,124 @@ def available() -> bool:
     return lib() is not None
 
 
-__all__ = ["lib", "load", "mkl", "name", "threads", "get_threads", "set_threads", "gemm", "available"]
+# ---------------------------------------------------------------------------------------------------
+# Device GEMM (every arch but the CPU; ``kernels/linalg.matmul`` sends non-host GEMMs here)
+#
+# C[b] = op(A[b]) @ op(B[b]) (``+=`` with ``accumulate``) as ONE Taichi kernel that reads both
+# operands through strides (a transposed operand is read in place: no transpose copy) and splits
+# k over threads: each thread computes an 8x4 register tile of C over a chunk of k; with one chunk
+# it writes C directly (one launch), otherwise every chunk writes its partial tile into a device
+# workspace and ``colsum`` sums the partials (one more launch, deterministic). The number of
+# chunks is chosen so that tiles x chunks reaches ``DEVICE_TARGET_THREADS`` (the PINN's
+# weight-gradient GEMMs, 32x32 outputs with k = 41,600, were 21 launches on 32 threads) with no
+# thread looping over more than ``DEVICE_MAX_K`` values of k (lavapipe). A GEMM with one output
+# row (``ones @ G``: bias gradients; ``v @ B``) or one output column (``A @ v``) is a weighted
+# column sum (``kernels/colsum.py``), not an 8x4-tiled GEMM that wastes 7/8 or 3/4 of its lanes.
+
+DEVICE_TILE_I, DEVICE_TILE_J = 8, 4
+DEVICE_TARGET_THREADS = 4096
+DEVICE_MIN_K = 64      # k per thread at least when splitting
+DEVICE_MAX_K = 2048    # k per thread at most (lavapipe: long loops in one invocation misbehave)
+DEVICE_SPLIT_MIN = 1024  # k above which it is split (below, a second launch costs more than it saves)
+
+
+def device_plan(batch: int, m: int, n: int, k: int):
+    """(k per chunk, chunks) of a device GEMM (pure Python, tested on CPU)."""
+    tiles = batch * (-(-m // DEVICE_TILE_I)) * (-(-n // DEVICE_TILE_J))
+    if k <= DEVICE_SPLIT_MIN or tiles == 0:
+        return max(k, 1), 1
+    nch = -(-DEVICE_TARGET_THREADS // tiles)
+    nch = min(nch, max(1, k // DEVICE_MIN_K))
+    nch = max(nch, -(-k // DEVICE_MAX_K))
+    kc = -(-k // nch)
+    return kc, -(-k // kc)
+
+
+def device_gemm(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str,
+                accumulate: bool = False, out_off: int = 0):
+    """out[out_off:] (batch, m, n) (+)= op(a) @ op(b) on flat device buffers: a (batch, m, k), or
+    (batch, k, m) with ``ta``; b (batch, k, n), or (batch, n, k) with ``tb``. 1 launch, 2 when k is
+    split. ``out_off``: C starts there (a region of a larger buffer, written in place)."""
+    from . import colsum as _cs
+    if batch * m * n == 0:
+        return
+    if k == 0:
+        if not accumulate:
+            _cs.colsum(out, out, batch, 0, m * n, dtype, out_off=out_off)  # zero rows summed: writes zeros
+        return
+    sai, sak = (1, m) if ta else (k, 1)   # A(i, kk) = a[bt*m*k + i*sai + kk*sak]
+    sbk, sbj = (1, k) if tb else (n, 1)   # B(kk, j) = b[bt*k*n + kk*sbk + j*sbj]
+    if m == 1:  # out[b, j] = sum_kk a[b, kk] B(kk, j): a weighted column sum of B
+        _cs.colsum(b, out, batch, k, n, dtype, weights=a, accumulate=accumulate, x_batch=k * n,
+                   row_stride=sbk, col_stride=sbj, w_batch=k, out_off=out_off)
+        return
+    if n == 1:  # out[b, i] = sum_kk A(i, kk) b[b, kk]: a weighted column sum of A^T
+        _cs.colsum(a, out, batch, k, m, dtype, weights=b, accumulate=accumulate, x_batch=m * k,
+                   row_stride=sak, col_stride=sai, w_batch=k, out_off=out_off)
+        return
+    kc, nch = device_plan(batch, m, n, k)
+    from . import _common as C
+    kern = C.cached(("gemm_strided", dtype), lambda: _build_device(dtype))
+    if nch == 1:
+        kern(a, b, out, batch, m, n, k, sai, sak, sbk, sbj, kc, 1, int(accumulate), out_off)
+        return
+    total = batch * m * n
+    ws = _cs.workspace(nch * total, dtype)
+    kern(a, b, ws, batch, m, n, k, sai, sak, sbk, sbj, kc, nch, 2, 0)
+    _cs.colsum(ws, out, 1, nch, total, dtype, accumulate=accumulate, x_batch=0, row_stride=total, out_off=out_off,
+               level=1)
+
+
+def _build_device(dtype):
+    from .. import backend
+    from . import _common as C
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+    TI, TJ = DEVICE_TILE_I, DEVICE_TILE_J
+
+    @ti.kernel
+    def gemm_strided(a: A, b: A, c: A, batch: ti.i32, m: ti.i32, n: ti.i32, k: ti.i32, sai: ti.i32,
+                     sak: ti.i32, sbk: ti.i32, sbj: ti.i32, kc: ti.i32, nch: ti.i32, mode: ti.i32, co: ti.i32):
+        nbi = (m + TI - 1) // TI
+        nbj = (n + TJ - 1) // TJ
+        for t in range(batch * nbi * nbj * nch):
+            ch = t % nch
+            rem = t // nch
+            bt_ = rem // (nbi * nbj)
+            rem = rem % (nbi * nbj)
+            i0 = (rem // nbj) * TI
+            j0 = (rem % nbj) * TJ
+            k0 = ch * kc
+            k1 = ti.min(k0 + kc, k)
+            acc = ti.Matrix.zero(T, TI, TJ)
+            ra = ti.Vector.zero(ti.i32, TI)  # row offsets (edge tiles repeat the last row; not stored)
+            rb = ti.Vector.zero(ti.i32, TJ)
+            for ii in ti.static(range(TI)):
+                ra[ii] = bt_ * m * k + ti.min(i0 + ii, m - 1) * sai
+            for jj in ti.static(range(TJ)):
+                rb[jj] = bt_ * k * n + ti.min(j0 + jj, n - 1) * sbj
+            for kk in range(k0, k1):
+                av = ti.Vector.zero(T, TI)
+                bv = ti.Vector.zero(T, TJ)
+                for ii in ti.static(range(TI)):
+                    av[ii] = a[ra[ii] + kk * sak]
+                for jj in ti.static(range(TJ)):
+                    bv[jj] = b[rb[jj] + kk * sbk]
+                for ii in ti.static(range(TI)):
+                    for jj in ti.static(range(TJ)):
+                        acc[ii, jj] += av[ii] * bv[jj]
+            base = ch * batch * m * n if mode == 2 else co  # chunk ch's partials: row ch of the workspace
+            for ii in ti.static(range(TI)):
+                for jj in ti.static(range(TJ)):
+                    if i0 + ii < m and j0 + jj < n:
+                        o = base + bt_ * m * n + (i0 + ii) * n + j0 + jj
+                        if mode == 1:
+                            c[o] += acc[ii, jj]
+                        else:
+                            c[o] = acc[ii, jj]
+    return gemm_strided
+
+
+__all__ = ["lib", "load", "mkl", "name", "threads", "get_threads", "set_threads", "gemm", "available",
+           "device_gemm", "device_plan"]

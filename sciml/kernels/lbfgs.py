@@ -318,3 +318,233 @@ def _build_adahessian(dtype, serial):
             denom = ti.pow(vi / bc2, power / 2) + eps
             out[i] = x[i] - lr * ((mi / bc1) / denom + wd * x[i])
     return k
+
+
+# --- the device L-BFGS iteration: history state on the device, fixed launch counts -------------
+# ``st`` (acc dtype, m + 1): rho per slot, then gamma; ``ist`` (int32, m + 2): the slots in age order
+# (oldest first), then the number used, then the slot of the last push; ``R`` (acc dtype, RN): what
+# one host read returns (the R_* indices below).
+R_SY, R_YY, R_SS, R_SINF, R_ACCEPT, R_USED, R_GTD, R_DINF, R_F, R_AB, R_BB, R_BMAX = range(12)
+RN = 12
+
+
+def lbfgs_direction(g, S, Y, st, ist, alpha, d, R, m: int, n: int, dtype: str):
+    """ONE launch: d = -H g by the two-loop recursion over the ``ist[m]`` pairs in use (d = -g when
+    none), then R[R_GTD] = g.d, R[R_DINF] = max |d|, R[R_USED] = pairs used. The loops over the
+    history are unrolled (m is static), each pair's reductions and updates are parallel loops."""
+    k = C.cached(("lbfgs_dir_dev", dtype, m), lambda: _build_lbfgs_direction(dtype, m))
+    k(g, S, Y, st, ist, alpha, d, R, n)
+
+
+def _build_lbfgs_direction(dtype, m):
+    ti, A, F, I = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype)), C.arr("int32")
+    T = backend.ti_dtype(dtype)
+    FT = backend.ti_dtype(acc_dtype(dtype))
+
+    @ti.kernel
+    def k(g: A, S: A, Y: A, st: F, ist: I, alpha: F, d: A, R: F, n: ti.i32):
+        for i in range(n):
+            d[i] = -g[i]
+        for j in range(2 * m):
+            alpha[j] = ti.cast(0.0, FT)
+        for jj in ti.static(range(m)):          # q -= alpha_j y_j, newest first
+            for i in range(n):
+                used = ist[m]
+                if jj < used:
+                    r = ist[used - 1 - jj]
+                    alpha[r] += st[r] * ti.cast(S[r * n + i], FT) * ti.cast(d[i], FT)
+            for i in range(n):
+                used = ist[m]
+                if jj < used:
+                    r = ist[used - 1 - jj]
+                    d[i] -= ti.cast(alpha[r], T) * Y[r * n + i]
+        for i in range(n):
+            if ist[m] > 0:
+                d[i] *= ti.cast(st[m], T)
+        for jj in ti.static(range(m)):          # r += s_j (alpha_j - beta_j), oldest first
+            for i in range(n):
+                if jj < ist[m]:
+                    r = ist[jj]
+                    alpha[m + r] += st[r] * ti.cast(Y[r * n + i], FT) * ti.cast(d[i], FT)
+            for i in range(n):
+                if jj < ist[m]:
+                    r = ist[jj]
+                    d[i] += ti.cast(alpha[r] - alpha[m + r], T) * S[r * n + i]
+        for j in range(3):
+            R[R_GTD + j - 1] = ti.cast(0.0, FT)     # R_USED, R_GTD, R_DINF
+        for i in range(n):
+            di = ti.cast(d[i], FT)
+            R[R_GTD] += ti.cast(g[i], FT) * di
+            ti.atomic_max(R[R_DINF], ti.abs(di))
+        for _ in range(1):
+            R[R_USED] = ti.cast(ist[m], FT)
+    return k
+
+
+def lbfgs_push(x_new, x, g_new, g, S, Y, st, ist, R, m: int, n: int, dtype: str):
+    """ONE launch: the slot (the oldest when the history is full, else the next free one) gets
+    s = x_new - x, y = g_new - g; R[R_SY, R_YY, R_SS, R_SINF] = s.y, y.y, s.s, max |s|; the pair is
+    kept when s.y > 1e-10 y.y and y.y > 0 (then rho = 1/s.y, gamma = s.y/y.y, R[R_ACCEPT] = 1),
+    exactly the host's rule (optim/lbfgs.py ``_History.push``)."""
+    k = C.cached(("lbfgs_push_dev", dtype, m), lambda: _build_lbfgs_push(dtype, m))
+    k(x_new, x, g_new, g, S, Y, st, ist, R, n)
+
+
+def _build_lbfgs_push(dtype, m):
+    ti, A, F, I = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype)), C.arr("int32")
+    FT = backend.ti_dtype(acc_dtype(dtype))
+
+    @ti.kernel
+    def k(x_new: A, x: A, g_new: A, g: A, S: A, Y: A, st: F, ist: I, R: F, n: ti.i32):
+        for _ in range(1):
+            used = ist[m]
+            slot = 0
+            if used == m:
+                slot = ist[0]
+            else:
+                slot = used
+                for _t in range(m):               # skip slots in use (after a pop, the order rotates)
+                    taken = 0
+                    for q in range(used):
+                        if ist[q] == slot:
+                            taken = 1
+                    if taken:
+                        slot = (slot + 1) % m
+            ist[m + 1] = slot
+            for j in range(5):
+                R[j] = ti.cast(0.0, FT)
+        for i in range(n):
+            slot = ist[m + 1]
+            s = x_new[i] - x[i]
+            y = g_new[i] - g[i]
+            S[slot * n + i] = s
+            Y[slot * n + i] = y
+            sd, yd = ti.cast(s, FT), ti.cast(y, FT)
+            R[R_SY] += sd * yd
+            R[R_YY] += yd * yd
+            R[R_SS] += sd * sd
+            ti.atomic_max(R[R_SINF], ti.abs(sd))
+        for _ in range(1):
+            sy, yy = R[R_SY], R[R_YY]
+            if sy > 1e-10 * yy and yy > 0:
+                used = ist[m]
+                slot = ist[m + 1]
+                if used == m:
+                    for q in range(m - 1):
+                        ist[q] = ist[q + 1]
+                    used = m - 1
+                ist[used] = slot
+                ist[m] = used + 1
+                st[slot] = 1.0 / sy
+                st[m] = sy / yy
+                R[R_ACCEPT] = 1.0
+    return k
+
+
+def lbfgs_trial(x, g, d, xt, ist, R, t_desc: float, t_fallback: float, m: int, n: int, dtype: str):
+    """ONE launch: the first trial point of an iteration, chosen on the device from the direction's
+    R[R_USED], R[R_GTD] (written by ``lbfgs_direction``): when pairs are used and g.d < 0, xt = x +
+    t_desc d; otherwise d = -g, xt = x + t_fallback d, and the pairs are forgotten (ist[m] = 0) if
+    any were used. The host learns which with the trial's read (``_run_device``)."""
+    k = C.cached(("lbfgs_trial_dev", dtype), lambda: _build_lbfgs_trial(dtype))
+    k(x, g, d, xt, ist, R, float(t_desc), float(t_fallback), m, n)
+
+
+def _build_lbfgs_trial(dtype):
+    ti, A, F, I = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype)), C.arr("int32")
+    T = backend.ti_dtype(dtype)
+    FT = backend.ti_dtype(acc_dtype(dtype))
+
+    @ti.kernel
+    def k(x: A, g: A, d: A, xt: A, ist: I, R: F, t_desc: FT, t_fb: FT, m: ti.i32, n: ti.i32):
+        for i in range(n):
+            if R[R_USED] > 0 and R[R_GTD] < 0:
+                xt[i] = x[i] + ti.cast(t_desc, T) * d[i]
+            else:
+                di = -g[i]
+                d[i] = di
+                xt[i] = x[i] + ti.cast(t_fb, T) * di
+        for _ in range(1):
+            if R[R_USED] > 0 and not R[R_GTD] < 0:
+                ist[m] = 0
+    return k
+
+
+def lbfgs_reset(ist, m: int):
+    """ONE launch: forget the pairs (ist[m] = 0)."""
+    k = C.cached(("lbfgs_reset_dev",), lambda: _build_lbfgs_reset())
+    k(ist, m)
+
+
+def _build_lbfgs_reset():
+    ti, I = C.ti(), C.arr("int32")
+
+    @ti.kernel
+    def k(ist: I, m: ti.i32):
+        for _ in range(1):
+            ist[m] = 0
+    return k
+
+
+def eval_dots(a, b, f, R, n: int, dtype: str):
+    """ONE launch: R[R_F] = f[0] (a loss value on the device), R[R_AB] = a.b, R[R_BB] = b.b,
+    R[R_BMAX] = max |b| (``acc_dtype``), so that one read returns a trial point's numbers."""
+    k = C.cached(("lbfgs_evaldots", dtype), lambda: _build_eval_dots(dtype))
+    k(a, b, f, R, n)
+
+
+def _build_eval_dots(dtype):
+    ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
+    FT = backend.ti_dtype(acc_dtype(dtype))
+
+    @ti.kernel
+    def k(a: A, b: A, f: A, R: F, n: ti.i32):
+        for j in range(4):
+            R[R_F + j] = ti.cast(0.0, FT)
+        for _ in range(1):
+            R[R_F] = ti.cast(f[0], FT)
+        for i in range(n):
+            bi = ti.cast(b[i], FT)
+            R[R_AB] += ti.cast(a[i], FT) * bi
+            R[R_BB] += bi * bi
+            ti.atomic_max(R[R_BMAX], ti.abs(bi))
+    return k
+
+
+SPLIT_MAX = 48   # pieces per split / join launch (Taichi's 64-argument limit)
+
+
+def _build_split(dtype, sizes, join, base):
+    """out_k[i] = x[base + off_k + i] for each piece (join: the reverse) in ONE launch; the sizes
+    are compiled in (one kernel per parameter layout). Generated: the argument list depends on them."""
+    import linecache
+    ti = C.ti()
+    env = {"ti": ti, "A": C.arr(dtype)}
+    offs = [base + sum(sizes[:k]) for k in range(len(sizes))]
+    body = "".join(f"    for i in range({n}):\n        " + (f"x[{o} + i] = p{k}[i]\n" if join else f"p{k}[i] = x[{o} + i]\n")
+                   for k, (n, o) in enumerate(zip(sizes, offs)))
+    name = "join" if join else "split"
+    src = f"def {name}(x: A, {', '.join(f'p{k}: A' for k in range(len(sizes)))}):\n" + body
+    fname = f"<sciml.kernels.lbfgs:{name}:{dtype}:{base}:{sizes}>"
+    linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
+    exec(compile(src, fname, "exec"), env)  # noqa: S102 - generated from the fixed names above
+    return ti.kernel(env[name])
+
+
+def split(x, pieces, sizes, dtype: str):
+    """In place: the flat buffer ``x`` cut into the buffers ``pieces`` of ``sizes`` (one launch per
+    SPLIT_MAX pieces)."""
+    _pieces(x, pieces, sizes, dtype, False)
+
+
+def join(pieces, x, sizes, dtype: str):
+    """In place: the buffers ``pieces`` of ``sizes`` laid end to end into ``x``."""
+    _pieces(x, pieces, sizes, dtype, True)
+
+
+def _pieces(x, pieces, sizes, dtype, join_):
+    sizes = tuple(int(s) for s in sizes)
+    for c0 in range(0, len(pieces), SPLIT_MAX):
+        sz, base = sizes[c0:c0 + SPLIT_MAX], sum(sizes[:c0])
+        k = C.cached(("lbfgs_pieces", dtype, sz, join_, base), lambda: _build_split(dtype, sz, join_, base))
+        k(x, *pieces[c0:c0 + SPLIT_MAX])

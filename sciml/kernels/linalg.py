@@ -32,6 +32,9 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
         else:
             C.host_call(_host_matmul, a, b, out, batch, m, n, k, ta, tb, dtype, accumulate)
         return
+    if not backend.on_host():  # devices: the strided split-K GEMM (kernels/blas.py: no transpose copies)
+        _blas.device_gemm(a, b, out, batch, m, n, k, ta, tb, dtype, accumulate)
+        return
     kern = C.cached(("gemm_nt", dtype), lambda: _build(dtype))
     # the kernel wants A as (m, k) and B as (n, k), both row-major ("B transposed": both operands
     # are read along k, 8x4 register tile; 3-5x faster here than reading B by columns)

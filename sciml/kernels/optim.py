@@ -18,7 +18,8 @@ The body is the same source for scalars and vectors (IEEE sqrt and division in e
 LLVM's fast-math contraction may round the two forms differently in the last bit). Taichi's
 parallel-for was not faster than the serialized loop here for these kernels (2 vCPUs, 100K-670K
 elements; tied at 4M), so tensors run serialized below ``VEC_SERIAL_BELOW`` elements and
-blocked-parallel (one launch each) above. Devices run one scalar kernel per tensor.
+blocked-parallel (one launch each) above. Devices update up to 11 (Adam) tensors in one
+launch of a generated scalar kernel (one parallel loop per tensor, one element per thread).
 
 These are the only kernels in sciml that write into their inputs: optimizers own the
 parameter and slot buffers they update (``sciml.models.Parameter``).
@@ -128,7 +129,7 @@ def _update_func(kind, serial, blk, plain, flags):
     raise ValueError(kind)
 
 
-def _build_update(kind, dtype, serial, plain=False, flags=(), lanes=0, members=None):
+def _build_update(kind, dtype, serial, plain=False, flags=(), lanes=0, members=None, device=False):
     """A kernel updating several tensors in one launch: arguments are each tensor's arrays (in
     ``_ARRAYS[kind]`` order), then each tensor's count n_t (elements, or vectors for a vector
     member), then the scalars ``_SCALARS[kind]``. ``members``: lanes per tensor (1 = scalar-typed
@@ -141,7 +142,9 @@ def _build_update(kind, dtype, serial, plain=False, flags=(), lanes=0, members=N
     env = {"ti": ti, "T": T}
     for L in set(members):
         env[f"A{L}"] = ti.types.ndarray(dtype=ti.types.vector(L, T), ndim=1) if L > 1 else C.arr(dtype)
-    if len(members) == 1 and members[0] == 1:
+    if device:
+        blk = 1   # one element per thread (GPU-shaped: coalesced loads)
+    elif len(members) == 1 and members[0] == 1:
         blk = _loop(serial)
     else:
         assert serial or len(members) == 1, "grouped updates are serialized"
@@ -153,7 +156,7 @@ def _build_update(kind, dtype, serial, plain=False, flags=(), lanes=0, members=N
     body = [f"    upd({', '.join(f'{a}{t}' for a in names)}, n{t}, {', '.join(sc)})" for t in range(len(members))]
     fn = f"{kind}_x{len(members)}"
     src = f"def {fn}({', '.join(sig)}):\n" + "\n".join(body) + "\n"
-    fname = f"<sciml.kernels.optim:{kind}:{dtype}:{serial}:{plain}:{flags}:{members}>"
+    fname = f"<sciml.kernels.optim:{kind}:{dtype}:{serial}:{plain}:{flags}:{members}:{device}>"
     linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
     exec(compile(src, fname, "exec"), env)  # noqa: S102 - generated from the fixed names above
     return ti.kernel(env[fn])
@@ -259,7 +262,10 @@ def update_many(kind, dtype, items, scalars, plain=False, flags=(), cache=None):
     members, their ``n % lanes`` tails and the small or misaligned tensors as scalar members
     (measured: 6 launches ~17 us each -> one). Larger tensors take :func:`_run` (parallel)."""
     L = V.LANES.get(dtype)
-    if not (L and VECTOR and C.backend.on_host()):
+    if not C.backend.on_host():
+        _update_device(kind, dtype, items, scalars, plain, flags)
+        return
+    if not (L and VECTOR):
         for arrays, n in items:
             _run(kind, arrays, n, dtype, scalars, plain, flags)
         return
@@ -290,6 +296,23 @@ def update_many(kind, dtype, items, scalars, plain=False, flags=(), cache=None):
         ms = [m[2] for m, _ in chunk]
         k([a for m, _ in chunk for a in m[0]], [q for m, _ in chunk for q in m[1]],
           [c for c in ms for _ in range(na)], tuple(ms) + tuple(scalars))
+
+
+MAX_ARGS = 64  # Taichi's limit on a kernel's arguments (x64; Vulkan took as many here)
+
+
+def _update_device(kind, dtype, items, scalars, plain, flags):
+    """Devices: the tensors of one update in as few launches as Taichi's argument limit allows (a
+    generated kernel with one parallel loop per tensor, one element per thread; Adam: 11 tensors a
+    launch); counts are arguments, so one kernel serves every group of that many tensors."""
+    items = [(a, n) for a, n in items if n > 0]
+    per = (MAX_ARGS - len(scalars)) // (len(_ARRAYS[kind]) + 1)
+    for c0 in range(0, len(items), per):
+        chunk = items[c0:c0 + per]
+        nt = len(chunk)
+        k = C.cached(("optim_group_dev", kind, dtype, plain, flags, nt),
+                     lambda: _build_update(kind, dtype, False, plain, flags, members=(1,) * nt, device=True))
+        k(*[a for arrays, _ in chunk for a in arrays], *[n for _, n in chunk], *scalars)
 
 
 def adam_scalars(lr, b1, b2, eps, bc1, bc2, gscale=1.0, wd=0.0, decoupled_wd=0.0):
@@ -338,3 +361,27 @@ def axpy(p, u, n, dtype, a=1.0):
 def sumsq(x, out, n, dtype, slot):
     """out[slot] += sum(x[:n] ** 2) (out zeroed by the caller)."""
     _kernel("sumsq", n, dtype)(x, out, n, slot)
+
+
+def _build_gather(dtype, k):
+    """out[off + i] = s_i[0] for i < k in one launch (generated: the argument list depends on k)."""
+    import linecache
+    ti = C.ti()
+    env = {"ti": ti, "A": C.arr(dtype)}
+    src = (f"def gather_x{k}(out: A, off: ti.i32, {', '.join(f's{i}: A' for i in range(k))}):\n"
+           + "".join(f"    out[off + {i}] = s{i}[0]\n" for i in range(k)))
+    fname = f"<sciml.kernels.optim:gather:{dtype}:{k}>"
+    linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
+    exec(compile(src, fname, "exec"), env)  # noqa: S102 - generated from the fixed names above
+    return ti.kernel(env[f"gather_x{k}"])
+
+
+GATHER_MAX = 16  # scalars per gather launch (32 misread the last one on lavapipe)
+
+
+def gather_scalars(out, off, bufs, dtype):
+    """In place: ``out[off + i] = bufs[i][0]`` (one-element buffers of ``dtype``, e.g. a step's loss
+    and its terms), one launch per GATHER_MAX, so that a device reads many values back at once."""
+    for c0 in range(0, len(bufs), GATHER_MAX):
+        chunk = bufs[c0:c0 + GATHER_MAX]
+        C.cached(("gather", dtype, len(chunk)), lambda: _build_gather(dtype, len(chunk)))(out, off + c0, *chunk)

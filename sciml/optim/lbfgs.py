@@ -128,6 +128,30 @@ class _History:
         self.alpha = backend.zeros(2 * m, self.acc)
         self.slots: list[int] = []
         self.gamma = 1.0
+        if not backend.on_host():   # the device iteration (_run_device) keeps its state there
+            self.st = backend.zeros(m + 1, self.acc)      # rho per slot, gamma
+            self.ist = backend.zeros(m + 2, "int32")      # slots oldest first, number used, last slot
+            self.alpha2 = backend.zeros(2 * m, self.acc)
+
+    def upload(self):
+        """Device: the state of the host fields (a loaded state dict) into the device buffers."""
+        if backend.on_host():
+            return
+        st = np.zeros(self.m + 1)
+        st[:self.m], st[self.m] = self.rho, self.gamma
+        ist = np.zeros(self.m + 2, np.int32)
+        ist[:len(self.slots)], ist[self.m] = self.slots, len(self.slots)
+        self.st, self.ist = backend.from_numpy(st, self.acc), backend.from_numpy(ist, "int32")
+
+    def download(self):
+        """Device: the host fields from the device buffers (for a state dict)."""
+        if backend.on_host():
+            return
+        st = backend.to_numpy(self.st, (self.m + 1,), self.acc).astype(np.float64)
+        ist = backend.to_numpy(self.ist, (self.m + 2,), "int32")
+        self.rho[:] = st[:self.m]
+        self.gamma = float(st[self.m])
+        self.slots = [int(v) for v in ist[:int(ist[self.m])]]
 
     def compatible(self, n, dt, o):
         return self.n == n and self.dt == dt and self.m == o["m"]
@@ -137,6 +161,8 @@ class _History:
 
     def reset(self):
         self.slots.clear()
+        if not backend.on_host():
+            K.lbfgs_reset(self.ist, self.m)
 
     def first_step(self, gnorm, lr, f, f_prev, gtd):
         return lr if self.slots else min(1.0, 1.0 / gnorm) * lr
@@ -176,6 +202,8 @@ def _run(prob, o, callback, hist, make=None):
     Newton-CG: ``hist`` provides the search direction (``ready``, ``reset``, ``first_step``,
     ``direction``, ``push``, ``compatible``) and carries over between calls of a stateful shell;
     ``make(n, dtype)`` builds a new one (default: an L-BFGS history). Returns (Result, hist)."""
+    if make is None and not backend.on_host():
+        return _run_device(prob, o, callback, hist)
     where, n, dt = o["where"], prob.n, prob.dtype
     V = _Vec(n, dt)
     if hist is None or not hist.compatible(n, dt, o):
@@ -252,6 +280,144 @@ def _run(prob, o, callback, hist, make=None):
     return _result(prob, x, f, gnorm, it, reason, o), hist
 
 
+def _eval_device(prob, buf):
+    """(loss buffer, gradient buffer) at ``buf`` with no host read (the loss is read with the
+    trial point's dot products, ``K.eval_dots``)."""
+    if prob._jvg is not None:
+        v, g = prob._jvg(prob.tensor(buf))
+        g = g._buf
+    elif len(prob.shapes) == 1:
+        v, g = prob._value_and_grad(buf)
+    else:   # the leaves cut out of, and the gradient laid into, flat buffers in one launch each
+        from ..autodiff import value_and_grad
+        from ..autodiff.tensor import Tensor
+        bufs = [backend.empty(k, prob.dtype) for k in prob.sizes]
+        K.split(buf, bufs, prob.sizes, prob.dtype)
+        leaves = [Tensor._make(b, s, prob.dtype) for b, s in zip(bufs, prob.shapes)]
+        v, gs = value_and_grad(prob._f, argnums=tuple(range(len(leaves))))(*leaves)
+        g = backend.empty(prob.n, prob.dtype)
+        K.join([t._buf for t in gs], g, prob.sizes, prob.dtype)
+    prob.nfev += 1
+    prob.ngev += 1
+    return v._buf, g
+
+
+def _read(R, acc):
+    return backend.to_numpy(R, (K.RN,), acc).astype(float).tolist()
+
+
+def _run_device(prob, o, callback, hist):
+    """L-BFGS on a device (Vulkan, CUDA): the same iteration as ``_run``, with the history state
+    in device buffers and fixed launch counts (the two-loop recursion, the pair update, the first
+    trial point and each trial point's dot products are one launch each, ``kernels/lbfgs.py``), no
+    uploads, and ONE host read per iteration with one evaluation: the first trial point is chosen on
+    the device (``K.lbfgs_trial``: the direction if it descends, else -g after a reset, with the
+    step the host would take in each case), so the previous pair update's max |s|, the direction's
+    g.d, max |d| and pairs used, and the trial's loss and dot products come back in one read of R.
+    The xtol test of an iteration therefore waits for the next read: when it stops the run, the
+    next iteration's speculative trial is dropped (not counted in nfev / ngev); when a budget ends
+    the run first, R is read once more for it."""
+    where, n, dt, m = o["where"], prob.n, prob.dtype, o["m"]
+    if hist is None or not hist.compatible(n, dt, o):
+        hist = _History(m, n, dt)
+    acc = hist.acc
+    R, Rt = backend.zeros(K.RN, acc), backend.zeros(K.RN, acc)
+    x = prob.x0
+    fb, g = _eval_device(prob, x)
+    d = backend.empty(n, dt)
+    K.lbfgs_direction(g, hist.S, hist.Y, hist.st, hist.ist, hist.alpha2, d, R, m, n, dt)
+    K.eval_dots(g, g, fb, R, n, dt)
+    r = _read(R, acc)
+    f = r[K.R_F] if math.isfinite(r[K.R_F]) else math.inf
+    prob.check_start(f)
+    gg, gmax = r[K.R_BB], r[K.R_BMAX]
+    gnorm = math.sqrt(gg)
+    if not math.isfinite(gnorm):
+        raise FloatingPointError(GRAD_NONFINITE.format(where=where, it=0, f=f))
+    it, reason = 0, None
+    gtol, ftol, xtol = o["gtol"], o["ftol"], o["xtol"]
+    pushed = False   # R holds a pair update whose max |s| (the xtol test) has not been read yet
+    if gnorm <= gtol:
+        reason = "gtol"
+    while reason is None:
+        reason = budget_spent(it, prob, o)
+        if reason is not None:
+            if pushed and _read(R, acc)[K.R_SINF] <= xtol:
+                reason = "xtol"
+            break
+        t_desc, t_fb = o["lr"], min(1.0, 1.0 / gnorm) * o["lr"]   # hist.first_step with / without pairs
+        x_cur, g_cur = x, g
+        xt = backend.empty(n, dt)
+        K.lbfgs_trial(x_cur, g_cur, d, xt, hist.ist, R, t_desc, t_fb, m, n, dt)
+        fbt, gt = _eval_device(prob, xt)
+        K.eval_dots(d, gt, fbt, R, n, dt)
+        r = _read(R, acc)
+        if pushed and r[K.R_SINF] <= xtol:          # the previous iteration's test: the trial is dropped
+            prob.nfev -= 1
+            prob.ngev -= 1
+            reason = "xtol"
+            break
+        used, gtd, d_inf = r[K.R_USED], r[K.R_GTD], r[K.R_DINF]
+        if used > 0 and gtd < 0:
+            t = t_desc
+        else:                                          # first step, or not a descent direction: -g
+            gtd, d_inf, t = -gg, gmax, t_fb            # (the device has reset the pairs and set d = -g)
+        finite = [0]
+
+        def outcome(rr, xt):
+            ft = rr[K.R_F]
+            if not math.isfinite(ft):
+                return math.inf, math.inf, None
+            finite[0] += 1
+            return ft, rr[K.R_AB], (xt, gt_[0], rr[K.R_BB], rr[K.R_BMAX])
+
+        gt_ = [gt]
+        first = [(t, outcome(r, xt))]
+
+        def phi(tt, x_cur=x_cur, d=d):
+            if first[0] is not None and tt == first[0][0]:   # the trial evaluated above
+                res, first[0] = first[0][1], None
+                return res
+            first[0] = None
+            xt = backend.empty(n, dt)
+            K.axpy(x_cur, tt, d, xt, n, dt)
+            fbt, gt_[0] = _eval_device(prob, xt)
+            K.eval_dots(d, gt_[0], fbt, Rt, n, dt)
+            return outcome(_read(Rt, acc), xt)
+
+        budget = min(o["max_ls"], o["max_eval"] - prob.nfev + 1)   # + 1: the trial above is counted
+        t, f_new, _, st, _, _ = strong_wolfe(phi, f, gtd, t, d_inf, c1=o["c1"], c2=o["c2"], max_evals=budget)
+        pushed = False
+        if st is None or not f_new < f:
+            if not finite[0]:
+                err = FloatingPointError(ALL_NONFINITE.format(where=where, it=it + 1, f=f))
+                err.result = _result(prob, x, f, gnorm, it, "line_search", o)
+                raise err
+            reason = "max_eval" if prob.nfev >= o["max_eval"] else "line_search"
+            break
+        x_new, g_new, ggt, gmax = st
+        if not math.isfinite(ggt):
+            err = FloatingPointError(GRAD_NONFINITE.format(where=where, it=it + 1, f=f_new))
+            err.result = _result(prob, x, f, gnorm, it, "line_search", o)
+            raise err
+        K.lbfgs_push(x_new, x_cur, g_new, g_cur, hist.S, hist.Y, hist.st, hist.ist, R, m, n, dt)
+        d = backend.empty(n, dt)                       # the next direction, read with the next trial
+        K.lbfgs_direction(g_new, hist.S, hist.Y, hist.st, hist.ist, hist.alpha2, d, R, m, n, dt)
+        pushed = True
+        f_old = f
+        x, g, f, gg = x_new, g_new, f_new, ggt
+        gnorm = math.sqrt(ggt)
+        it += 1
+        if callback is not None and callback(IterInfo(it, f, gnorm, t, prob.nfev, lambda x=x: prob.tree(x))):
+            reason = "callback"
+            break
+        if gnorm <= gtol:
+            reason = "gtol"
+        elif abs(f_old - f) <= ftol * max(abs(f_old), abs(f), 1e-300):
+            reason = "ftol"
+    return _result(prob, x, f, gnorm, it, reason, o), hist
+
+
 def _result(prob, x, f, gnorm, it, reason, o):
     msgs = {"gtol": f"||grad|| = {gnorm:.3e} <= gtol = {o['gtol']:g}",
             "ftol": f"relative loss change <= ftol = {o['ftol']:g}",
@@ -308,6 +474,7 @@ class LBFGS(CurvatureOptimizer):
         h = self._hist
         if h is None:
             return {}
+        h.download()
         size = h.m * h.n
         return {"lbfgs.S": backend.to_numpy(h.S, (size,), h.dt).copy(),
                 "lbfgs.Y": backend.to_numpy(h.Y, (size,), h.dt).copy(),
@@ -336,4 +503,5 @@ class LBFGS(CurvatureOptimizer):
         h.rho[:] = np.asarray(arrays["lbfgs.rho"], np.float64)
         h.slots = [int(v) for v in np.asarray(arrays["lbfgs.slots"])]
         h.gamma = float(np.asarray(arrays["lbfgs.gamma"])[0])
+        h.upload()
         self._hist = h

@@ -272,6 +272,14 @@ class _Run:
         self.grid = reference_grid(problem)
         self.history = {k: [] for k in ["step", "loss", *self.names, "rel_l2", "time"]}
         self.step, self.opt_state, self.interrupted = 0, None, lambda: False
+        # on a device every read of a loss value is a sync: the step values wait here (device
+        # Tensors) and are read together, in one transfer, on log lines, before a checkpoint,
+        # resampling or a stop, and for the progress bar every _SHOW_EVERY seconds; on the host
+        # a read is free, so they are read at every step (the NaN check then stops at once)
+        self.defer = not backend.on_host() if _DEFER is None else bool(_DEFER)
+        self._pending, self._rows, self._nrows, self._label = [], None, 0, ""
+        self._shown = -math.inf
+        self._last = (float("nan"), [float("nan")] * len(self.names), {})
         self.marks = {"stage_step": [], "stage_name": [], "resample_step": []}   # for Result.plot (this run)
         show = bool(progress) and dist.is_main()   # under MPI: rank 0 shows the progress
         self.console = Console(sum(s for _, s in self.stages), self.names, show=show,
@@ -314,7 +322,8 @@ class _Run:
                 k, stopped = run_stage(self, si, opt, steps, k0)
             except KeyboardInterrupt:   # raised inside a step: keep the last finished one
                 if self._pos is not None:
-                    self.save(*self._pos)
+                    with contextlib.suppress(FloatingPointError):   # diverged: no checkpoint
+                        self.save(*self._pos)
                 self.console.close("interrupted")
                 raise
             if stopped:
@@ -326,23 +335,36 @@ class _Run:
 
     def after_step(self, si, opt, k, steps, n, value, terms, *, log, force_resample=False):
         """Everything after ``n`` optimizer steps (now at step ``k`` of ``steps`` in stage
-        ``si``); returns True when the run must stop (a callback, Ctrl-C)."""
+        ``si``); returns True when the run must stop (a callback, Ctrl-C). ``value`` and
+        ``terms`` may be device Tensors: they are read only when something needs them (see
+        ``defer``)."""
         self.step += n
         self._pos = (si, k, opt)
-        if k < steps and self.policy.due(self.step, n, force_resample):
+        self._label = type(opt).__name__
+        now = time.perf_counter()
+        self._hold(value, terms, now)
+        resample = k < steps and self.policy.due(self.step, n, force_resample)
+        every = self.checkpoint_every
+        save_due = k < steps and self.step // every > (self.step - n) // every
+        interrupted = self.interrupted()
+        if (not self.defer or log or resample or save_due or interrupted or k >= steps
+                or self._display_due(n, now)):
+            self._flush()      # raises FloatingPointError at the first non-finite loss
+            self._last = (*self._last[:2], _fitted(self.problem, self.pde))
+            self._shown = now
+        if resample:
             self.loss = self.policy.resample(self.problem, self.loss, self.params, self.rng,
                                              self.dtype, self.method)
             self.marks["resample_step"].append(self.step)
             if is_curvature(opt) and self.policy.opts["restart"]:   # a new objective
                 opt.bind(self.leaves_tree)
         label = type(opt).__name__
-        if not math.isfinite(value):
-            raise FloatingPointError(f"solve: the loss became {value} at step {self.step} "
-                                     f"({label}); lower the learning rate or check the problem.")
-        err = self._record(value, terms, log)
-        now = time.perf_counter()
+        value, terms, fitted = self._last
+        err = float("nan")
+        if log and self.grid:
+            err = errors(self.loss, self.params, self.grid)["rel_l2"]
+            self.history["rel_l2"][-1] = err
         rate = (self.step - self._tick_step) / max(now - self._tick, 1e-9)
-        fitted = _fitted(self.problem, self.pde)
         self.console.update(n, stage=label, k=min(k, steps), steps=steps, value=value,
                             terms=terms, err=err, rate=rate, extra=fitted)
         stop = False
@@ -351,34 +373,81 @@ class _Run:
             self.console.line(label, min(k, steps), steps, value, terms, err, rate,
                               self.weighting.w if self.weighting.adaptive else None, fitted)
             info = Progress(stage=si, step=self.step, loss=value, rel_l2=err,
-                            terms=dict(zip(self.names, map(float, terms))),
+                            terms=dict(zip(self.names, terms)),
                             weights=dict(zip(self.names, self.w_now())), params=self.params,
                             parameters=fitted, elapsed=now - self.t0)
             for cb in self.callbacks:
                 stop = bool(cb(info)) or stop
-        stop = stop or self.interrupted()
-        every = self.checkpoint_every
-        if not stop and k < steps and self.step // every > (self.step - n) // every:
+        stop = stop or self.interrupted()   # a Ctrl-C during this step (the callbacks included)
+        if not stop and save_due:
             self.save(si, k, opt)
         return stop
 
+    def _display_due(self, n, now):
+        """The progress display shows values at this step: the bar at most every
+        _SHOW_EVERY seconds, the plain lines (no terminal) at their steps."""
+        c = self.console
+        if not c.show:
+            return False
+        if c.bar is not None:
+            return now - self._shown >= _SHOW_EVERY
+        if c.plain:
+            done = c._done + n
+            return done >= c._next_plain or done >= c.total
+        return False
+
+    def _hold(self, value, terms, now):
+        """Keep this step's values until ``_flush``: with ``defer``, one-element device Tensors are
+        copied (one launch) into a row of a device buffer that ``_flush`` reads at once."""
+        from ..autodiff.tensor import Tensor
+        from ..kernels import optim as KO
+        vals = [value, *terms]
+        row = None
+        if self.defer and all(isinstance(x, Tensor) and x.size == 1 and x.dtype == self.dtype
+                              for x in vals):
+            width = len(vals)
+            if self._rows is None or self._rows[1] != width:
+                self._flush()
+                self._rows = (backend.empty(_HOLD_ROWS * width, self.dtype), width)
+            if self._nrows == _HOLD_ROWS:
+                self._flush()
+            row, self._nrows = self._nrows, self._nrows + 1
+            KO.gather_scalars(self._rows[0], row * width, [x._buf for x in vals], self.dtype)
+            vals = None
+        self._pending.append((self.step, row, vals, now - self.t0, self._label))
+
+    def _flush(self):
+        """Read the held step values (one host read on a device) into the history; the last
+        become ``self._last``. A non-finite loss raises, naming its step."""
+        pend, self._pending, self._nrows = self._pending, [], 0
+        if not pend:
+            return
+        rows, n = None, sum(e[1] is not None for e in pend)
+        if n:
+            buf, width = self._rows
+            rows = backend.to_numpy(buf, (n * width,), self.dtype).reshape(n, width).tolist()
+        h = self.history
+        for step, row, vals, t, label in pend:
+            vals = rows[row] if row is not None else [float(x) for x in vals]
+            value, terms = vals[0], vals[1:]
+            if not math.isfinite(value):
+                raise FloatingPointError(f"solve: the loss became {value} at step {step} "
+                                         f"({label}); lower the learning rate or check the "
+                                         "problem.")
+            h["step"].append(step)
+            h["loss"].append(value)
+            for name, x in zip(self.names, terms):
+                h[name].append(x)
+            h["time"].append(t)
+            h["rel_l2"].append(float("nan"))
+            self._last = (value, terms, self._last[2])
+
     def save(self, stage, step, opt):
+        self._flush()   # the history up to this step (and no checkpoint of a diverged run)
         if self.checkpoint:
             ckpt.save(self.checkpoint, self.params, stage, step, self.weighting.state(),
                       self.history, opt, interior=self.loss.batch.interior, rng=self.rng,
                       global_step=self.step)
-
-    def _record(self, value, terms, evaluate):
-        h = self.history
-        h["step"].append(self.step)
-        h["loss"].append(value)
-        for n, t in zip(self.names, terms):
-            h[n].append(float(t))
-        h["time"].append(time.perf_counter() - self.t0)
-        err = errors(self.loss, self.params, self.grid)["rel_l2"] if (evaluate and self.grid) \
-            else float("nan")
-        h["rel_l2"].append(err)
-        return err
 
     def _resume(self):
         """Load the checkpoint if there is one: ``(stage, step)`` to start from."""
@@ -436,6 +505,10 @@ class _Run:
                                        if self.checkpoint else ""))
         return result
 
+
+_SHOW_EVERY = 0.5   # seconds between the progress bar's value reads on a device
+_HOLD_ROWS = 256   # step values held on a device between reads
+_DEFER = None       # None: defer the step values' reads on devices only; tests set True/False
 
 _STAGE_LABELS = {"LBFGS": "L-BFGS", "LevenbergMarquardt": "LM", "GaussNewton": "Gauss-Newton"}
 

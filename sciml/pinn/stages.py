@@ -46,7 +46,7 @@ def run_first_order(run, si, opt, steps, first):
         k += 1
         if run.weighting.adaptive:
             run.weighting.update(k, run.term_grad_norms)
-        if run.after_step(si, opt, k, steps, 1, float(value), terms,
+        if run.after_step(si, opt, k, steps, 1, value, terms,   # read later: run.defer
                           log=k % every == 0 or k == steps):
             return k, True
     return k, False

@@ -1,0 +1,109 @@
+"""Column sums as a reduction kernel (the device path of bias gradients and 1-row / 1-column GEMMs).
+
+out[b, j] (+)= sum_r w[b, r] * x[b, r, j] over the ``rows`` of a strided (batch, rows, cols) view of
+a flat buffer, with optional weights ``w`` (contiguous per batch, batch stride ``w_batch``). A
+bias gradient is the plain column sum of a (points, width) block; a GEMM with one output row,
+``ones @ G`` or ``v @ B``, is the weighted one, and one with one output column, ``A @ v``, is the
+weighted column sum of ``A^T`` (read through strides, no transpose copy).
+
+One thread per (batch, row chunk, column): on a GPU adjacent threads read adjacent columns of a
+row (coalesced when ``col_stride`` is 1), and ``rows`` is split into chunks so that there are at
+least ``TARGET_THREADS`` threads (sums of at most ``SPLIT_MIN`` rows are not split) and no thread loops over more than ``MAX_CHUNK`` rows (lavapipe
+misbehaves on long per-invocation loops). With one chunk the sums go straight to ``out`` (one
+launch); otherwise every chunk writes its partial sum into a device workspace and the partials
+are summed by the same kernel (one more launch; deterministic: no atomics, a fixed order).
+"""
+from . import _common as C
+from .. import backend, runtime
+
+TARGET_THREADS = 4096  # enough threads to fill a GPU's SMs at the PINN's 32 columns
+MIN_CHUNK = 64         # rows per thread at least (partials cost a write and a read each)
+MAX_CHUNK = 2048       # rows per thread at most (lavapipe: long loops in one invocation misbehave)
+SPLIT_MIN = 2048       # rows above which the sum is split (below, a split's second launch costs more
+                       # than one thread's loop of one multiply-add per row)
+_WORKSPACE: dict = {}  # (dtype, level) -> device buffer of partial sums, grown on demand
+runtime.on_shutdown(_WORKSPACE.clear)
+
+
+def plan(batch: int, rows: int, cols: int):
+    """(rows per chunk, chunks): the split of ``rows`` over threads (pure Python, tested on CPU)."""
+    if rows <= SPLIT_MIN:
+        return max(rows, 1), 1
+    groups = max(batch * cols, 1)
+    nch = -(-TARGET_THREADS // groups)                          # chunks to reach the thread target
+    nch = min(nch, max(1, rows // MIN_CHUNK))                   # ... but chunks of at least MIN_CHUNK rows
+    nch = max(nch, -(-rows // MAX_CHUNK))                       # ... and at most MAX_CHUNK rows
+    chunk = -(-rows // nch)
+    return chunk, -(-rows // chunk)
+
+
+def workspace(n: int, dtype: str, level: int = 0):
+    """A device buffer of at least ``n`` elements for partial sums (one per recursion ``level``),
+    kept between calls (launches on one device run in order, so reusing it is safe)."""
+    key = (dtype, level)
+    buf = _WORKSPACE.get(key)
+    if buf is None or buf.shape[0] < n:
+        ti = C.ti()
+        size = max(n, 2 * buf.shape[0] if buf is not None else 0, 1024)
+        with runtime.LAUNCH_LOCK:  # not backend.empty: a persistent buffer, not one a jit trace owns
+            buf = _WORKSPACE[key] = ti.ndarray(backend.ti_dtype(dtype), size)
+    return buf
+
+
+def colsum(x, out, batch: int, rows: int, cols: int, dtype: str, *, weights=None, accumulate: bool = False,
+           x_batch=None, row_stride=None, col_stride: int = 1, w_batch=None, out_off: int = 0, level: int = 0):
+    """out[out_off + b*cols + j] (+)= sum_r (w[b*w_batch + r] *) x[b*x_batch + r*row_stride + j*col_stride]
+    for b < batch, j < cols; defaults: x contiguous (batch, rows, cols), w contiguous (batch, rows).
+    Launches: 1 when ``rows`` fits one chunk, else 2 (partials, then their sum)."""
+    row_stride = cols if row_stride is None else row_stride
+    x_batch = rows * cols if x_batch is None else x_batch
+    w_batch = rows if w_batch is None else w_batch
+    if batch * cols == 0:
+        return
+    chunk, nch = plan(batch, rows, cols)
+    kern = C.cached(("colsum", dtype, weights is not None), lambda: _build(dtype, weights is not None))
+    w = x if weights is None else weights
+    if nch == 1:
+        kern(x, w, out, batch, rows, cols, x_batch, row_stride, col_stride, w_batch, chunk, 1, int(accumulate),
+             out_off)
+        return
+    total = batch * cols
+    ws = workspace(nch * total, dtype, level)
+    kern(x, w, ws, batch, rows, cols, x_batch, row_stride, col_stride, w_batch, chunk, nch, 2, 0)
+    # the partials are an (nch, total) matrix: their column sums are the result
+    colsum(ws, out, 1, nch, total, dtype, accumulate=accumulate, x_batch=0, row_stride=total, out_off=out_off,
+           level=level + 1)
+
+
+def _build(dtype, weighted):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+
+    @ti.kernel
+    def colsum_k(x: A, w: A, out: A, batch: ti.i32, rows: ti.i32, cols: ti.i32, xb: ti.i32, xr: ti.i32,
+                 xc: ti.i32, wb: ti.i32, chunk: ti.i32, nch: ti.i32, mode: ti.i32, oo: ti.i32):
+        for t in range(batch * nch * cols):
+            j = t % cols
+            ch = (t // cols) % nch
+            bt = t // (cols * nch)
+            r0 = ch * chunk
+            r1 = ti.min(r0 + chunk, rows)
+            base = bt * xb + j * xc
+            s = ti.cast(0, T)
+            for r in range(r0, r1):
+                if ti.static(weighted):
+                    s += w[bt * wb + r] * x[base + r * xr]
+                else:
+                    s += x[base + r * xr]
+            o = oo + bt * cols + j
+            if mode == 2:  # partial sum of chunk ch: row ch of the (nch, batch*cols) workspace
+                out[ch * batch * cols + o] = s   # (oo = 0 here)
+            elif mode == 1:
+                out[o] += s
+            else:
+                out[o] = s
+    return colsum_k
+
+
+__all__ = ["colsum", "plan", "workspace"]
