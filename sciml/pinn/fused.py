@@ -1,7 +1,7 @@
 """Fused input derivatives of an MLP: Taylor streams, one GEMM per layer, hand-written adjoint.
 
-``mlp_derivatives(layers, activation, x, derivs)`` computes the value and the requested first
-and second input derivatives of an MLP (tanh, sin, softplus or gelu) at the points ``x``. The
+``mlp_derivatives(layers, activation, x, derivs)`` computes the value and the requested input
+derivatives (order <= 4) of an MLP (tanh, sin, softplus or gelu) at the points ``x``. The
 value, the needed first-derivative streams and the needed second-derivative streams are
 stacked as one (S*n, width) matrix, so each layer is ONE GEMM (BLAS on CPU, Taichi GEMM on
 devices) followed by ONE fused pointwise Taichi kernel (``sciml.kernels.taylor``) applying the
@@ -15,6 +15,10 @@ autodiff is never used (TAICHI-NOTES.md: wrong, 17x slower, or hours to compile)
 derivative rules of the adjoint (and the forward primitive's JVP) differentiate the same
 computation written in sciml ops (``generic.taylor_streams``): correct at any order, fast at
 first order, which is what Adam/L-BFGS/LM need.
+
+Derivatives of order 3 and 4 (any closed set of multi-indices) use the general stream
+kernels (``taylor.layer_forward_k`` / ``layer_backward_k``: Faa di Bruno per stream, unrolled);
+``mlp_jet`` takes an input jet (a feature transform's Taylor series) instead of the points.
 
 Interface shared with :mod:`sciml.pinn.generic`; ``supports(activation, derivs)`` tells the
 solver whether this path applies.

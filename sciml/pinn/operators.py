@@ -315,7 +315,9 @@ def network_derivatives(net, params, x, derivs, path="auto"):
     """Value and input derivatives of a network at points ``x``, all in one call.
 
     Picks the fused Taylor-mode kernels (``sciml.pinn.fused``) for an MLP whose activation
-    and derivative orders they support, else the generic nested-autodiff path for MLPs
+    and derivative orders (<= 4) they support; for a ``Transformed`` network, the transforms on
+    Taylor jets (``sciml.pinn.jets``) around the network's own path; above order 2 without fused
+    kernels, jets through the layers; else the generic nested-autodiff path for MLPs
     (``sciml.pinn.generic``), else nested forward mode through ``net.apply``.
 
     Args:
@@ -323,7 +325,8 @@ def network_derivatives(net, params, x, derivs, path="auto"):
         params: its parameter pytree (the Tensors being trained).
         x: points, ``(n, d)`` Tensor.
         derivs: multi-indices, e.g. ``{(), (0,), (0, 0), (1,)}``.
-        path: ``"auto"``, ``"fused"``, ``"generic"`` or ``"autodiff"``.
+        path: ``"auto"``, ``"fused"``, ``"generic"`` or ``"autodiff"`` (the names used:
+            also ``"jet"``).
     Returns:
         ``(values, path_used)``: dict multi-index -> ``(n, n_out)`` Tensor, and the name.
     """
