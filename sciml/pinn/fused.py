@@ -305,7 +305,7 @@ def _jet_streams(layers, act, x, coords, streams, jin=False):
         z = jets.variables(x, spec)
     u = jets.run(lambda z_: generic.mlp(layers, actf, z_), z)
     from ..autodiff.ops.shape import stack
-    return stack([u.coeff(m) if u.coeff(m) is not None else zeros((n, o), x.dtype) for m in canon], 0)
+    return stack([u.coeff_tensor(m) if u.coeff(m) is not None else zeros((n, o), x.dtype) for m in canon], 0)
 
 
 @_fused.def_vjp
@@ -482,7 +482,7 @@ def mlp_jet(layers, activation, F):
     order = sorted(index, key=index.get)
     n, d = F.shape
     from ..autodiff.ops.shape import concat
-    X = concat([F.coeff(m) if F.coeff(m) is not None else zeros((n, d), F.dtype) for m in order], 0)
+    X = concat([F.coeff_tensor(m) if F.coeff(m) is not None else zeros((n, d), F.dtype) for m in order], 0)
     params = tuple(t for W, b in layers for t in (W, b))
     if len(layers) == 1 or n == 0:
         stacked = _jet_streams(layers, act, X, coords, _streams(coords, pairs, high), jin=True)

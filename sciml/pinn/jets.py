@@ -38,8 +38,9 @@ class Unsupported(Exception):
 
 
 class JetTensor(Tensor):
-    """The value (this Tensor) and its input derivatives ``coeff(m)`` (None = zero)."""
-    __slots__ = ("_c", "spec")
+    """The value (this Tensor) and its input derivatives ``coeff(m)`` (None = zero; a Python
+    float = that constant at every point, which costs no launches: x[:, a]'s d/dx_a is 1.0)."""
+    __slots__ = ("_c", "spec", "_onehot")
 
     @classmethod
     def of(cls, coeffs, spec):
@@ -48,16 +49,23 @@ class JetTensor(Tensor):
         if isinstance(v, JetTensor):
             v = v.value()
         j = cls._make(v._buf, v.shape, v.dtype, v._node, v._tangents)
-        j._c = {m: t for m, t in coeffs.items() if t is not None}
+        j._c = {m: t for m, t in coeffs.items() if t is not None and not (type(t) is float and t == 0.0)}
         j._c[()] = v
         j.spec = spec
+        j._onehot = False
         return j
 
     def value(self):
         return self._c[()]
 
     def coeff(self, m):
+        """The coefficient of multi-index m: a Tensor, a float (constant) or None (zero)."""
         return self._c.get(tuple(sorted(m)))
+
+    def coeff_tensor(self, m):
+        """The coefficient of m as an (n, k) Tensor (zeros for None), or None if it is zero."""
+        c = self.coeff(m)
+        return _mat(c, self.shape, self.dtype) if type(c) is float else c
 
     def __repr__(self):
         return f"JetTensor(shape={self.shape}, coeffs={sorted(self._c, key=len)})"
@@ -83,7 +91,9 @@ def variables(x, spec):
             e = np.zeros((1, d))
             e[0, m[0]] = 1.0
             c[m] = O.broadcast_to(tensor(e, x.dtype), x.shape)
-    return JetTensor.of(c, spec)
+    j = JetTensor.of(c, spec)
+    j._onehot = True   # its column slices have constant coefficients (see _linear)
+    return j
 
 
 @contextlib.contextmanager
@@ -169,29 +179,69 @@ def _add(a, b):
         return b
     if b is None:
         return a
-    return a + b
+    if type(a) is float and type(b) is float:
+        return a + b
+    if type(a) is float:
+        a, b = b, a
+    return a if type(b) is float and b == 0.0 else a + b
 
 
 def _scale(t, c):
-    return t if c == 1 else t * float(c)
+    if type(t) is float:
+        return t * float(c)
+    return t if c == 1 else (-t if c == -1 else t * float(c))
+
+
+def _mul(p, q):
+    if type(p) is float and type(q) is float:
+        return p * q
+    if type(p) is float:
+        return _scale(q, p)
+    if type(q) is float:
+        return _scale(p, q)
+    return p * q
+
+
+def _mat(c, shape, dtype):
+    """A float coefficient as a Tensor of ``shape``."""
+    return tensor(np.full(shape, c), dtype) if type(c) is float else c
 
 
 def _bcast(t, shape):
-    return t if t is None or t.shape == shape else O.broadcast_to(t, shape)
+    return t if t is None or type(t) is float or t.shape == shape else O.broadcast_to(t, shape)
+
+
+_SHAPE_ONLY = ("view", "take", "reshape", "broadcast_to", "astype")
+
+
+def _uniform(t):
+    """A float if the host Tensor ``t`` holds one value everywhere (else ``t``)."""
+    from .. import backend
+    if not backend.on_host() or t._node is not None or not t.size:
+        return t
+    a = t.numpy()
+    v = a.flat[0]
+    return float(v) if (a == v).all() else t
 
 
 def _linear(prim, inputs, params, data):
     """A primitive linear in the inputs at positions ``data`` (others fixed): per coefficient."""
     spec = _spec_of(inputs)
     out = {(): P.apply(prim, tuple(_val(a) for a in inputs), params)}
+    onehot = prim.name in _SHAPE_ONLY and any(_is_jet(a) and a._onehot for a in inputs)
     for m in spec[1:]:
         cs = [_c(inputs[i], m) for i in data]
         if all(c is None for c in cs):
             continue
+        if len(cs) == 1 and type(cs[0]) is float and (prim.name in _SHAPE_ONLY or prim.name == "neg"):
+            out[m] = -cs[0] if prim.name == "neg" else cs[0]   # a constant stays one
+            continue
         args = list(_val(a) for a in inputs)
         for i, c in zip(data, cs):
-            args[i] = zeros(inputs[i].shape, inputs[i].dtype) if c is None else c
-        out[m] = P.apply(prim, tuple(args), params)
+            args[i] = zeros(inputs[i].shape, inputs[i].dtype) if c is None else _mat(c, inputs[i].shape,
+                                                                                   inputs[i].dtype)
+        r = P.apply(prim, tuple(args), params)
+        out[m] = _uniform(r) if onehot else r
     return JetTensor.of(out, spec)
 
 
@@ -203,8 +253,10 @@ def _addsub(prim, inputs, params, sign):
     for m in spec[1:]:
         ca, cb = _bcast(_c(a, m), v.shape), _bcast(_c(b, m), v.shape)
         if cb is not None and sign < 0:
-            cb = -cb
+            cb = _scale(cb, -1)
         r = _add(ca, cb)
+        if r is not None and type(r) is not float and r.shape != v.shape:
+            r = O.broadcast_to(r, v.shape)
         if r is not None:
             out[m] = r
     return JetTensor.of(out, spec)
@@ -212,7 +264,8 @@ def _addsub(prim, inputs, params, sign):
 
 def _product(a, b, spec, op=None, value=None):
     """Leibniz's rule for a bilinear ``op`` (default elementwise mul)."""
-    op = op or (lambda p, q: p * q)
+    elementwise = op is None
+    op = op or _mul
     out = {(): value if value is not None else op(_val(a), _val(b))}
     shape = out[()].shape
     for m in spec[1:]:
@@ -222,6 +275,8 @@ def _product(a, b, spec, op=None, value=None):
             q = _val(b) if not ib else _c(b, ib)
             if p is None or q is None:
                 continue
+            if not elementwise:
+                p, q = _mat(p, _val(a).shape, _val(a).dtype), _mat(q, _val(b).shape, _val(b).dtype)
             acc = _add(acc, _scale(op(p, q), c))
         if acc is not None:
             out[m] = _bcast(acc, shape)
@@ -246,10 +301,10 @@ def _compose(z, derivs, value, spec):
                 if t is None:
                     prod = None
                     break
-                prod = t if prod is None else prod * t
+                prod = t if prod is None else _mul(prod, t)
             if prod is None:
                 continue
-            acc = _add(acc, _scale(fj(j) * prod, c))
+            acc = _add(acc, _scale(_mul(fj(j), prod), c))
         if acc is not None:
             out[m] = acc
     return JetTensor.of(out, spec)

@@ -382,7 +382,7 @@ def _jet_mlp(layers, act, x, derivs):
 def _coeffs(u, derivs, n):
     out = {}
     for i in derivs:
-        c = u.coeff(i)
+        c = u.coeff_tensor(i)
         out[i] = zeros((n, u.shape[1]), u.dtype) if c is None else c
     return out
 

@@ -91,8 +91,8 @@ def test_jet_path_parameter_gradients_first_and_second_order(kind):
     def loss(*ps):
         r, _ = network_derivatives(net, _unflatten(tdef, ps), x, derivs)
         return sum(((r[k] * r[k]).sum() * (0.3 + i) for i, k in enumerate(derivs)), sm.tensor(0.0, F64))
-    # the first layer's weights and the last bias: the others are covered by the same rules
-    sel = [0, len(flat) - 1]
+    # the first layer's bias and the last bias (the weights go through the same rules)
+    sel = [1, len(flat) - 1]
 
     def part(*ws):
         ps = list(flat)
@@ -206,3 +206,14 @@ def test_transforms_on_vulkan_match_cpu(tmp_path):
         for a, b in zip(got["res"][kind]["grads"], want):
             b = b.numpy()
             np.testing.assert_allclose(np.array(a), b, rtol=1e-3, atol=1e-3 * max(1.0, np.abs(b).max()))
+
+
+def test_column_slices_of_the_points_have_constant_coefficients():
+    # x[:, a]'s d/dx_a is the float 1.0 (no Tensor, no launches), the other first derivatives vanish
+    xs = jets.variables(_x(), jets.closure([(0, 1)]))
+    with jets.recording():
+        c = xs[:, 0:1]
+        u = 3.0 * c * c
+    assert c.coeff((0,)) == 1.0 and c.coeff((1,)) is None and c.coeff((0, 1)) is None
+    np.testing.assert_allclose(u.coeff_tensor((0,)).numpy(), 6.0 * xs.numpy()[:, 0:1], rtol=1e-14)
+    assert u.coeff((0, 1)) is None and u.coeff((1,)) is None
