@@ -328,7 +328,8 @@ def _fused_jvp(ts, x, *params, out, act, coords, pairs, high=(), jin=False):
 def _adjoint_forward(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=False):
     """Cotangents [dx (if want_x), dW1, db1, ..., dWL, dbL] flattened into one buffer."""
     with _THREADS:
-        return _adjoint_impl(g, fout, x, *params, act=act, coords=coords, pairs=pairs, want_x=want_x, high=high, jin=jin)
+        return _adjoint_impl(g, fout, x, *params, act=act, coords=coords, pairs=pairs, want_x=want_x, high=high,
+                             jin=jin)
 
 
 def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=False):
