@@ -274,3 +274,256 @@ def _build_copy(dtype, serial):
         for i in range(n):
             dst[do + i] = src[so + i]
     return k
+
+
+# --- general stream structures: derivatives of any order (Faa di Bruno) --------------------
+# ``streams``: the multi-indices (over positions in ``coords``) of the stacked blocks, closed
+# under sub-multi-indices: streams[0] = (), streams[1..n1] = (0,) .. (n1-1,), then the rest.
+# Stream m of a layer's activations is h_m = sum over the set partitions of m of
+# s^(#blocks)(z) * prod_blocks z_block (Faa di Bruno), grouped by equal block multisets.
+def _terms(streams):
+    """Per stream: ((j, block stream numbers, multiplicity), ...) for Faa di Bruno."""
+    from collections import Counter
+    pos = {m: k for k, m in enumerate(streams)}
+
+    def parts(items):
+        if not items:
+            yield []
+            return
+        for p in parts(items[1:]):
+            for k in range(len(p)):
+                yield p[:k] + [[items[0]] + p[k]] + p[k + 1:]
+            yield [[items[0]]] + p
+    out = [()]
+    for m in streams[1:]:
+        cnt = Counter()
+        for p in parts(list(range(len(m)))):
+            cnt[tuple(sorted(pos[tuple(sorted(m[i] for i in b))] for b in p))] += 1
+        out.append(tuple(sorted((len(b), b, c) for b, c in cnt.items())))
+    return tuple(out)
+
+
+def _poly_table(first, base, K):
+    """Coefficients (low to high) of P_1 .. P_K with P_1 = first, P_{j+1} = P_j' * base."""
+    import numpy.polynomial.polynomial as npp
+    P = [None, [float(c) for c in first]]
+    for _ in range(K - 1):
+        P.append([float(c) for c in npp.polymul(npp.polyder(P[-1]), base)])
+    return P
+
+
+def _act_k(name, dtype, K, from_t=False):
+    """A ti.func -> Vector(s(z), s'(z), ..., s^(K)(z)); ``from_t``: tanh's from t = tanh(z)."""
+    ti = C.ti()
+    T = backend.ti_dtype(dtype)
+    fs = E._funcs(dtype)
+    tanh_f, sigmoid_f, softplus_f, erfc_f = fs["tanh"], fs["sigmoid"], fs["softplus"], fs["erfc"]
+    TP = _poly_table([1.0, 0.0, -1.0], [1.0, 0.0, -1.0], K)   # tanh^(j) = P_j(t)
+    SP = _poly_table([0.0, 1.0, -1.0], [0.0, 1.0, -1.0], K)   # sigmoid^(j) = P_j(p)
+    GR = [None, None, [2.0, 0.0, -1.0]]                        # gelu^(j) = phi(z) R_j(z), j >= 2
+    import numpy.polynomial.polynomial as npp
+    for _ in range(K):
+        GR.append([float(c) for c in npp.polysub(npp.polyder(GR[-1]), npp.polymul(GR[-1], [0.0, 1.0]))])
+    r2, rpi = 1.0 / math.sqrt(2.0), 1.0 / math.sqrt(2.0 * math.pi)
+
+    def poly_func(table):
+        lens = tuple(len(c) if c is not None else 0 for c in table)
+
+        @ti.func
+        def h(t, jj: ti.template()):
+            cs = ti.static(table[jj])
+            acc = t * 0.0 + cs[lens[jj] - 1]
+            for i in ti.static(range(lens[jj] - 2, -1, -1)):
+                acc = acc * t + cs[i]
+            return acc
+        return h
+    tp, sp, gr = poly_func(TP), poly_func(SP), poly_func(GR)
+
+    @ti.func
+    def tanh_t(t):
+        v = ti.Vector.zero(T, K + 1)
+        v[0] = t
+        for j in ti.static(range(1, K + 1)):
+            v[j] = tp(t, j)
+        return v
+
+    @ti.func
+    def tanh_z(z):
+        return tanh_t(tanh_f(z))
+
+    @ti.func
+    def sin_z(z):
+        s, c = ti.sin(z), ti.cos(z)
+        v = ti.Vector.zero(T, K + 1)
+        for j in ti.static(range(K + 1)):
+            v[j] = ti.static((1.0, 1.0, -1.0, -1.0)[j % 4]) * (s if ti.static(j % 2 == 0) else c)
+        return v
+
+    @ti.func
+    def softplus_z(z):
+        p = sigmoid_f(z)
+        v = ti.Vector.zero(T, K + 1)
+        v[0] = softplus_f(z)
+        v[1] = p
+        for j in ti.static(range(2, K + 1)):
+            v[j] = sp(p, j - 1)
+        return v
+
+    @ti.func
+    def gelu_z(z):
+        cdf = 0.5 * erfc_f(-z * r2)
+        pdf = rpi * ti.exp(-0.5 * z * z)
+        v = ti.Vector.zero(T, K + 1)
+        v[0] = z * cdf
+        v[1] = cdf + z * pdf
+        for j in ti.static(range(2, K + 1)):
+            v[j] = pdf * gr(z, j)
+        return v
+
+    if from_t:
+        return tanh_t
+    return dict(tanh=tanh_z, sin=sin_z, softplus=softplus_z, gelu=gelu_z)[name]
+
+
+def layer_forward_k(act, Z, b, W, H, coords, streams, n: int, w: int, first: bool, dtype: str, top=None):
+    """:func:`layer_forward` for a general closed stream structure (any order)."""
+    S = len(streams)
+    serial = C.launch_mode(n * w * S * 2)
+    WL, bL, OUT, o = top if top is not None else (b, b, b, 0)
+    key = ("taylor_fwd_k", act, dtype, first, o, serial, tuple(coords) if first else len(coords), tuple(streams))
+    k = C.cached(key, lambda: _build_fwd_k(act, dtype, first, o, serial, tuple(coords), tuple(streams)))
+    k(Z, b, W if first else b, H, WL, bL, OUT, n, w)
+
+
+def layer_backward_k(act, Z, HV, W, G, coords, streams, n: int, w: int, first: bool, dtype: str, top=None):
+    """:func:`layer_backward` for a general closed stream structure (any order)."""
+    S = len(streams)
+    serial = C.launch_mode(n * w * S * 3)
+    GOUT, WL, o = top if top is not None else (G, G, 0)
+    key = ("taylor_bwd_k", act, dtype, first, o, serial, tuple(coords) if first else len(coords), tuple(streams))
+    k = C.cached(key, lambda: _build_bwd_k(act, dtype, first, o, serial, tuple(coords), tuple(streams)))
+    k(Z, HV, W if first else Z, G, GOUT, WL, n, w)
+
+
+def _live(streams, first):
+    """Terms per stream, without those that vanish in the first layer (z_m = 0 for |m| >= 2)."""
+    terms = _terms(streams)
+    if not first:
+        return terms
+    return tuple(tuple(t for t in ts if all(len(streams[b]) == 1 for b in t[1])) for ts in terms)
+
+
+def _build_fwd_k(act, dtype, first, o, serial, coords, streams):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+    S = len(streams)
+    K = max(len(m) for m in streams)
+    f = _act_k(act, dtype, K)
+    terms = _live(streams, first)
+    top = o > 0
+
+    @ti.kernel
+    def k(Z: A, b: A, W: A, H: A, WL: A, bL: A, OUT: A, n: ti.i32, w: ti.i32):
+        ti.loop_config(serialize=serial)
+        for r in range(n):
+            nw = n * w
+            for j in range(w):
+                e = r * w + j
+                z = Z[e] + b[j]
+                if ti.static(act != "tanh"):
+                    Z[e] = z
+                s = f(z)
+                zv = ti.Vector.zero(T, S)
+                for st in ti.static(range(1, S)):
+                    if ti.static(first):
+                        if ti.static(len(streams[st]) == 1):
+                            zv[st] = W[coords[streams[st][0]] * w + j]
+                    else:
+                        zv[st] = Z[st * nw + e]
+                H[e] = s[0]
+                for st in ti.static(range(1, S)):
+                    acc = s[0] * 0.0
+                    for t in ti.static(range(len(terms[st]))):
+                        jj, blocks, c = ti.static(terms[st][t][0], terms[st][t][1], terms[st][t][2])
+                        p = s[jj] * ti.static(float(c))
+                        for q in ti.static(range(len(blocks))):
+                            p = p * zv[blocks[q]]
+                        acc += p
+                    H[st * nw + e] = acc
+            if ti.static(top):
+                for kk in ti.static(range(o)):
+                    acc = ti.Vector.zero(T, S)
+                    for j in range(w):
+                        wl = WL[j * o + kk]
+                        for st in ti.static(range(S)):
+                            acc[st] += H[st * nw + r * w + j] * wl
+                    for st in ti.static(range(S)):
+                        v = acc[st]
+                        if ti.static(st == 0):
+                            v += bL[kk]
+                        OUT[st * n * o + r * o + kk] = v
+    return k
+
+
+def _build_bwd_k(act, dtype, first, o, serial, coords, streams):
+    ti = C.ti()
+    A = C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+    from_t = act == "tanh"
+    S = len(streams)
+    K = max(len(m) for m in streams)
+    f = _act_k(act, dtype, K + 1, from_t=from_t)
+    terms = _live(streams, first)
+    top = o > 0
+    # streams whose z cotangent is needed: all (first layer: the value and first order only)
+    out_streams = tuple(st for st in range(S) if not first or len(streams[st]) <= 1)
+
+    @ti.func
+    def gin(G: ti.template(), GOUT: ti.template(), WL: ti.template(), st: ti.template(), nw, e, n, r, j):
+        v = G[0] * 0.0
+        if ti.static(top):
+            for kk in ti.static(range(o)):
+                v += GOUT[st * n * o + r * o + kk] * WL[j * o + kk]
+        else:
+            v = G[st * nw + e]
+        return v
+
+    @ti.kernel
+    def k(Z: A, HV: A, W: A, G: A, GOUT: A, WL: A, n: ti.i32, w: ti.i32):
+        ti.loop_config(serialize=serial)
+        for r in range(n):
+            nw = n * w
+            for j in range(w):
+                e = r * w + j
+                s = f(HV[e]) if ti.static(from_t) else f(Z[e])
+                zv = ti.Vector.zero(T, S)
+                for st in ti.static(range(1, S)):
+                    if ti.static(first):
+                        if ti.static(len(streams[st]) == 1):
+                            zv[st] = W[coords[streams[st][0]] * w + j]
+                    else:
+                        zv[st] = Z[st * nw + e]
+                g = ti.Vector.zero(T, S)
+                for st in ti.static(range(S)):
+                    g[st] = gin(G, GOUT, WL, st, nw, e, n, r, j)
+                gz = ti.Vector.zero(T, S)
+                gz[0] = g[0] * s[1]
+                for st in ti.static(range(1, S)):
+                    for t in ti.static(range(len(terms[st]))):
+                        jj, blocks, c = ti.static(terms[st][t][0], terms[st][t][1], terms[st][t][2])
+                        gc = g[st] * ti.static(float(c))
+                        p = gc * s[jj + 1]
+                        for q in ti.static(range(len(blocks))):
+                            p = p * zv[blocks[q]]
+                        gz[0] += p
+                        for i in ti.static(range(len(blocks))):
+                            if ti.static(blocks[i] in out_streams):
+                                pi = gc * s[jj]
+                                for q in ti.static(range(len(blocks))):
+                                    if ti.static(q != i):
+                                        pi = pi * zv[blocks[q]]
+                                gz[blocks[i]] += pi
+                for st in ti.static(out_streams):
+                    G[st * nw + e] = gz[st]
+    return k

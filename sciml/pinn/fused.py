@@ -1,7 +1,7 @@
 """Fused input derivatives of an MLP: Taylor streams, one GEMM per layer, hand-written adjoint.
 
-``mlp_derivatives(layers, activation, x, derivs)`` computes the value and the requested first
-and second input derivatives of an MLP (tanh, sin, softplus or gelu) at the points ``x``. The
+``mlp_derivatives(layers, activation, x, derivs)`` computes the value and the requested input
+derivatives (order <= 4) of an MLP (tanh, sin, softplus or gelu) at the points ``x``. The
 value, the needed first-derivative streams and the needed second-derivative streams are
 stacked as one (S*n, width) matrix, so each layer is ONE GEMM (BLAS on CPU, Taichi GEMM on
 devices) followed by ONE fused pointwise Taichi kernel (``sciml.kernels.taylor``) applying the
@@ -16,6 +16,10 @@ derivative rules of the adjoint (and the forward primitive's JVP) differentiate 
 computation written in sciml ops (``generic.taylor_streams``): correct at any order, fast at
 first order, which is what Adam/L-BFGS/LM need.
 
+Derivatives of order 3 and 4 (any closed set of multi-indices) use the general stream
+kernels (``taylor.layer_forward_k`` / ``layer_backward_k``: Faa di Bruno per stream, unrolled);
+``mlp_jet`` takes an input jet (a feature transform's Taylor series) instead of the points.
+
 Interface shared with :mod:`sciml.pinn.generic`; ``supports(activation, derivs)`` tells the
 solver whether this path applies.
 """
@@ -29,6 +33,7 @@ import numpy as np
 
 from .. import backend
 from ..autodiff.backward import needs
+from ..autodiff import ops as _ops
 from ..autodiff.ops import linalg as _linalg_ops
 from ..autodiff.ops.reduce import reshape
 from ..autodiff.primitive import Primitive
@@ -38,7 +43,7 @@ from ..kernels import linalg as LK
 from ..kernels import taylor as TK
 from . import generic
 
-MAX_ORDER = 2
+MAX_ORDER = 4   # orders 3 and 4: the general stream kernels (taylor.layer_forward_k)
 _SAVED: dict = {}   # id(output buffer) -> (Zs, Hs): residuals for the adjoint
 _ONES: dict = {}
 _POOL: dict = {}    # (size, dtype) -> free scratch buffers (residuals return here when their output dies)
@@ -49,7 +54,7 @@ stats = {"calls": 0, "adjoint_calls": 0}
 
 
 def supports(activation, derivs) -> bool:
-    """True if the fused path handles ``activation`` and the multi-indices ``derivs`` (order <= 2)."""
+    """True if the fused path handles ``activation`` and the multi-indices ``derivs`` (order <= 4)."""
     if generic.activation_name(activation) is None:
         return False
     try:
@@ -213,28 +218,50 @@ def _layers_of(params):
 
 
 # --- the forward primitive ----------------------------------------------------------------
-def _forward(x, *params, act, coords, pairs):
+def _forward(x, *params, act, coords, pairs, high=(), jin=False):
     with _THREADS:
-        return _forward_impl(x, *params, act=act, coords=coords, pairs=pairs)
+        return _forward_impl(x, *params, act=act, coords=coords, pairs=pairs, high=high, jin=jin)
 
 
-def _forward_impl(x, *params, act, coords, pairs):
+def _streams(coords, pairs, high):
+    """The full stream structure (multi-indices over coordinate positions) for the general kernels."""
+    return ((),) + tuple((q,) for q in range(len(coords))) + tuple(pairs) + tuple(high)
+
+
+def _layer_fwd(act, Z, b, W, H, coords, pairs, high, n, w, first, dtype, top):
+    if high:
+        TK.layer_forward_k(act, Z, b, W, H, coords, _streams(coords, pairs, high), n, w, first, dtype, top=top)
+    else:
+        TK.layer_forward(act, Z, b, W, H, coords, pairs, n, w, first, dtype, top=top)
+
+
+def _layer_bwd(act, Z, HV, W, G, coords, pairs, high, n, w, first, dtype, top):
+    if high:
+        TK.layer_backward_k(act, Z, HV, W, G, coords, _streams(coords, pairs, high), n, w, first, dtype, top=top)
+    else:
+        TK.layer_backward(act, Z, HV, W, G, coords, pairs, n, w, first, dtype, top=top)
+
+
+def _forward_impl(x, *params, act, coords, pairs, high=(), jin=False):
     stats["calls"] += 1
     dtype = x.dtype
     n, d = x.shape
     L = len(params) // 2
     n1, n2 = len(coords), len(pairs)
-    S = 1 + n1 + n2
+    S = 1 + n1 + n2 + len(high)
+    if jin:   # x holds the S stacked input streams (a feature transform's jet)
+        n //= S
     WL, bL = params[-2], params[-1]
     o = WL.shape[1]
     out = backend.empty(S * n * o, dtype)
     top = (WL._buf, bL._buf, out, o)   # the linear output layer, fused into the last activation layer
     W, b = params[0], params[1]
     w = W.shape[1]
-    Z = _take(n * w, dtype)
-    _gemm(x._buf, W._buf, Z, n, w, d, dtype=dtype)
+    rows = S * n if jin else n
+    Z = _take(rows * w, dtype)
+    _gemm(x._buf, W._buf, Z, rows, w, d, dtype=dtype)
     H = _take(S * n * w, dtype)
-    TK.layer_forward(act, Z, b._buf, W._buf, H, coords, pairs, n, w, True, dtype, top=top if L == 2 else None)
+    _layer_fwd(act, Z, b._buf, W._buf, H, coords, pairs, high, n, w, not jin, dtype, top if L == 2 else None)
     Zs, Hs = [Z], [H]
     for k in range(1, L - 1):
         W, b = params[2 * k], params[2 * k + 1]
@@ -242,8 +269,8 @@ def _forward_impl(x, *params, act, coords, pairs):
         Z = _take(S * n * w, dtype)
         _gemm(H, W._buf, Z, S * n, w, w_in, dtype=dtype)
         H = _take(S * n * w, dtype)
-        TK.layer_forward(act, Z, b._buf, None, H, coords, pairs, n, w, False, dtype,
-                         top=top if k == L - 2 else None)
+        _layer_fwd(act, Z, b._buf, None, H, coords, pairs, high, n, w, False, dtype,
+                   top if k == L - 2 else None)
         Zs.append(Z)
         Hs.append(H)
     key = id(out)
@@ -255,47 +282,72 @@ def _forward_impl(x, *params, act, coords, pairs):
 _fused = Primitive("mlp_taylor", _forward)
 
 
-def _composite(x, *params, act, coords, pairs):
+def _composite(x, *params, act, coords, pairs, high=(), jin=False):
+    if jin:
+        return _jet_streams(_layers_of(params), act, x, coords, _streams(coords, pairs, high), jin=True)
+    if high:
+        return _jet_streams(_layers_of(params), act, x, coords, _streams(coords, pairs, high))
     return generic.taylor_streams(_layers_of(params), act, x, coords, pairs)
 
 
+def _jet_streams(layers, act, x, coords, streams, jin=False):
+    """The stacked streams of a general structure in sciml ops (Taylor jets through the layers);
+    ``jin``: x holds the stacked input streams (S*n, d) instead of the points."""
+    from . import jets
+    canon = [tuple(sorted(coords[p] for p in m)) for m in streams]
+    spec = jets.closure(canon)
+    actf = getattr(_ops, act) if isinstance(act, str) else act
+    n, o = x.shape[0], layers[-1][0].shape[1]
+    if jin:
+        n //= len(streams)
+        z = jets.JetTensor.of({m: x[k * n:(k + 1) * n] for k, m in enumerate(canon)}, spec)
+    else:
+        z = jets.variables(x, spec)
+    u = jets.run(lambda z_: generic.mlp(layers, actf, z_), z)
+    from ..autodiff.ops.shape import stack
+    return stack([u.coeff_tensor(m) if u.coeff(m) is not None else zeros((n, o), x.dtype) for m in canon], 0)
+
+
 @_fused.def_vjp
-def _fused_vjp(g, x, *params, out, act, coords, pairs):
+def _fused_vjp(g, x, *params, out, act, coords, pairs, high=(), jin=False):
     want_x = needs(0)
-    flat = _adjoint(g, out, x, *params, act=act, coords=coords, pairs=pairs, want_x=want_x)
+    flat = _adjoint(g, out, x, *params, act=act, coords=coords, pairs=pairs, want_x=want_x, high=high, jin=jin)
     shapes = ([x.shape] if want_x else []) + [p.shape for p in params]
     parts = _split(flat, shapes)
     return tuple(parts) if want_x else (None,) + tuple(parts)
 
 
 @_fused.def_jvp
-def _fused_jvp(ts, x, *params, out, act, coords, pairs):
+def _fused_jvp(ts, x, *params, out, act, coords, pairs, high=(), jin=False):
     prim = (x,) + params
     tans = tuple(zeros(p.shape, p.dtype) if t is None else t for p, t in zip(prim, ts))
-    return jvp(lambda *a: _composite(*a, act=act, coords=coords, pairs=pairs), prim, tans)[1]
+    return jvp(lambda *a: _composite(*a, act=act, coords=coords, pairs=pairs, high=high, jin=jin), prim, tans)[1]
 
 
 # --- the adjoint primitive ----------------------------------------------------------------
-def _adjoint_forward(g, fout, x, *params, act, coords, pairs, want_x):
+def _adjoint_forward(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=False):
     """Cotangents [dx (if want_x), dW1, db1, ..., dWL, dbL] flattened into one buffer."""
     with _THREADS:
-        return _adjoint_impl(g, fout, x, *params, act=act, coords=coords, pairs=pairs, want_x=want_x)
+        return _adjoint_impl(g, fout, x, *params, act=act, coords=coords, pairs=pairs, want_x=want_x, high=high,
+                             jin=jin)
 
 
-def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x):
+def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=False):
     stats["adjoint_calls"] += 1
     dtype = x.dtype
     saved = _SAVED.get(id(fout._buf))
     if saved is None:  # not produced by _forward in this process: recompute the residuals
-        buf, _, _ = _forward_impl(x, *params, act=act, coords=coords, pairs=pairs)
+        buf, _, _ = _forward_impl(x, *params, act=act, coords=coords, pairs=pairs, high=high, jin=jin)
         saved = _SAVED[id(buf)]
     Zs, Hs = saved
     n, d = x.shape
     L = len(params) // 2
     n1, n2 = len(coords), len(pairs)
-    S = 1 + n1 + n2
+    S = 1 + n1 + n2 + len(high)
+    if jin:
+        n //= S
     meta = _meta(coords, pairs)
-    sizes = ([n * d] if want_x else []) + [p.size for p in params]
+    sizes = ([x.size] if want_x else []) + [p.size for p in params]
     offs = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
     total = int(offs[-1])
     flat = backend.empty(total, dtype)
@@ -316,8 +368,8 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x):
     for k in range(L - 2, 0, -1):
         W = params[2 * k]
         w_in, w = W.shape
-        TK.layer_backward(act, Zs[k], Hs[k], None, dH, coords, pairs, n, w, False, dtype,
-                          top=top if k == L - 2 else None)
+        _layer_bwd(act, Zs[k], Hs[k], None, dH, coords, pairs, high, n, w, False, dtype,
+                   top if k == L - 2 else None)
         _gemm(Hs[k - 1], dH, region(base + 2 * k), w_in, w, S * n, ta=True, dtype=dtype)
         _gemm(ones, dH, region(base + 2 * k + 1), 1, w, n, dtype=dtype)
         dH_in = _take(S * n * w_in, dtype)
@@ -326,8 +378,17 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x):
         dH = dH_in
     W = params[0]
     w = W.shape[1]
-    TK.layer_backward(act, Zs[0], Hs[0], W._buf, dH, coords, pairs, n, w, True, dtype, top=top if L == 2 else None)
+    _layer_bwd(act, Zs[0], Hs[0], W._buf, dH, coords, pairs, high, n, w, not jin, dtype, top if L == 2 else None)
     dW1 = region(base)
+    if jin:   # input streams: dW1 = X^T dZ over every stream, db1 from the value block, dX = dZ W1^T
+        _gemm(x._buf, dH, dW1, d, w, S * n, ta=True, dtype=dtype)
+        _gemm(ones, dH, region(base + 1), 1, w, n, dtype=dtype)
+        if want_x:
+            _gemm(dH, W._buf, region(0), S * n, d, w, tb=True, dtype=dtype)
+        _give([dH], dtype)
+        for buf, off, size in pending:
+            TK.copy(buf, 0, flat, off, size, dtype)
+        return flat, (total,), dtype
     _gemm(x._buf, dH, dW1, d, w, n, ta=True, dtype=dtype)
     cs = backend.empty((1 + n1) * w, dtype)
     _gemm(ones, dH, cs, 1, w, n, dtype=dtype, batch=1 + n1)
@@ -343,8 +404,8 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x):
 _adjoint = Primitive("mlp_taylor_adjoint", _adjoint_forward)
 
 
-def _adjoint_composite(g, x, *params, act, coords, pairs, want_x):
-    _, pull = vjp(lambda *a: _composite(*a, act=act, coords=coords, pairs=pairs), x, *params)
+def _adjoint_composite(g, x, *params, act, coords, pairs, want_x, high=(), jin=False):
+    _, pull = vjp(lambda *a: _composite(*a, act=act, coords=coords, pairs=pairs, high=high, jin=jin), x, *params)
     cts = pull(g)
     if not want_x:
         cts = cts[1:]
@@ -353,20 +414,20 @@ def _adjoint_composite(g, x, *params, act, coords, pairs, want_x):
 
 
 @_adjoint.def_vjp
-def _adjoint_vjp(ga, g, fout, x, *params, out, act, coords, pairs, want_x):
+def _adjoint_vjp(ga, g, fout, x, *params, out, act, coords, pairs, want_x, high=(), jin=False):
     f = lambda g_, x_, *p: _adjoint_composite(g_, x_, *p, act=act, coords=coords, pairs=pairs,  # noqa: E731
-                                               want_x=want_x)
+                                               want_x=want_x, high=high, jin=jin)
     cts = vjp(f, g, x, *params)[1](ga)
     return (cts[0], None) + tuple(cts[1:])
 
 
 @_adjoint.def_jvp
-def _adjoint_jvp(ts, g, fout, x, *params, out, act, coords, pairs, want_x):
+def _adjoint_jvp(ts, g, fout, x, *params, out, act, coords, pairs, want_x, high=(), jin=False):
     prim = (g, x) + params
     tl = (ts[0],) + tuple(ts[2:])
     tans = tuple(zeros(p.shape, p.dtype) if t is None else t for p, t in zip(prim, tl))
     f = lambda g_, x_, *p: _adjoint_composite(g_, x_, *p, act=act, coords=coords, pairs=pairs,  # noqa: E731
-                                               want_x=want_x)
+                                               want_x=want_x, high=high, jin=jin)
     return jvp(f, prim, tans)[1]
 
 
@@ -407,8 +468,52 @@ def _split(flat, shapes):
 
 
 # --- public API ---------------------------------------------------------------------------
+def mlp_jet(layers, activation, F):
+    """The MLP applied to an input jet ``F`` (a :class:`sciml.pinn.jets.JetTensor` of shape (n, d),
+    e.g. a feature transform of the points): the output jet, by the fused kernels with the
+    input's derivative streams stacked into the first layer's GEMM."""
+    from . import jets
+    act = generic.activation_name(activation)
+    layers = generic.normalize_layers(layers, "fused.mlp_jet")
+    spec = F.spec
+    if max((len(m) for m in spec), default=0) > 2:
+        coords, pairs, high, index = plan_k(list(spec))
+    else:
+        (coords, pairs, index), high = generic.plan(list(spec), F.shape[1]), ()
+    order = sorted(index, key=index.get)
+    n, d = F.shape
+    from ..autodiff.ops.shape import concat
+    X = concat([F.coeff_tensor(m) if F.coeff(m) is not None else zeros((n, d), F.dtype) for m in order], 0)
+    params = tuple(t for W, b in layers for t in (W, b))
+    if len(layers) == 1 or n == 0:
+        stacked = _jet_streams(layers, act, X, coords, _streams(coords, pairs, high), jin=True)
+    else:
+        stacked = _fused(X, *params, act=act, coords=coords, pairs=pairs, high=high, jin=True)
+    o = stacked.shape[2]
+    return jets.JetTensor.of({m: _block(stacked, off=index[m] * n * o, shape=(n, o)) for m in order}, spec)
+
+
+
+def plan_k(canon):
+    """Streams for derivatives of any order: the closure of ``canon`` under sub-multi-indices,
+    as (coords, pairs, high, index); pairs and high are multi-indices over positions in coords."""
+    from .jets import closure
+    spec = closure(canon)
+    coords = sorted({i for m in spec for i in m})
+    pos = {c: k for k, c in enumerate(coords)}
+    pairs = tuple(tuple(pos[i] for i in m) for m in spec if len(m) == 2)
+    high = tuple(tuple(pos[i] for i in m) for m in spec if len(m) > 2)
+    index = {(): 0}
+    for k, c in enumerate(coords):
+        index[(c,)] = 1 + k
+    for k, m in enumerate(pairs + high):
+        index[tuple(coords[p] for p in m)] = 1 + len(coords) + k
+    return tuple(coords), pairs, high, index
+
+
+
 def mlp_derivatives(layers, activation, x, derivs):
-    """Value and input derivatives (order <= 2) of an MLP at the points ``x``, fused.
+    """Value and input derivatives (order <= 4) of an MLP at the points ``x``, fused.
 
     Args:
         layers: list of (W, b) Tensor pairs (or objects with ``.weight``/``.bias``), W of shape
@@ -431,10 +536,18 @@ def mlp_derivatives(layers, activation, x, derivs):
     layers = generic.normalize_layers(layers, "fused.mlp_derivatives")
     x = generic.check_input(x, layers, "fused.mlp_derivatives")
     items = generic.normalize_derivs(derivs, x.shape[1], MAX_ORDER, "fused.mlp_derivatives")
-    coords, pairs, index = generic.plan([m for _, m in items], x.shape[1])
+    canon = [m for _, m in items]
+    if max((len(m) for m in canon), default=0) > 2:
+        coords, pairs, high, index = plan_k(canon)
+    else:
+        (coords, pairs, index), high = generic.plan(canon, x.shape[1]), ()
     params = tuple(t for W, b in layers for t in (W, b))
-    if len(layers) == 1 or x.shape[0] == 0:
+    if high and (len(layers) == 1 or x.shape[0] == 0):
+        stacked = _jet_streams(layers, act, x, coords, _streams(coords, pairs, high))
+    elif len(layers) == 1 or x.shape[0] == 0:
         stacked = generic.taylor_streams(layers, act, x, coords, pairs)
+    elif high:
+        stacked = _fused(x, *params, act=act, coords=coords, pairs=pairs, high=high)
     else:
         stacked = _fused(x, *params, act=act, coords=coords, pairs=pairs)
     S, n, o = stacked.shape

@@ -3,10 +3,11 @@ transforms (DeepXDE's ``apply_feature_transform`` / ``apply_output_transform``).
 
 Any object with ``params()`` and ``apply(params, x)`` works in ``solve``; these two are such
 objects. Derivative paths: :class:`Fields` of MLPs keeps the fused Taylor-mode kernels (each
-network's derivatives are computed on its own and stacked); :class:`Transformed` runs nested
-forward-mode autodiff through ``apply`` (with only an output transform, ``path='fused'`` keeps
-the network's fused jet and differentiates the transform through its Taylor polynomial, exact
-but slower today); ``Result.path_reason`` says which path ran and why.
+network's derivatives are computed on its own and stacked); :class:`Transformed` runs its
+transforms on truncated Taylor series (:mod:`sciml.pinn.jets`): an output transform composes
+with the network's fused jet, a feature transform's jet enters the fused kernels' first layer
+(``fused.mlp_jet``); a transform using an op without a jet rule falls back to nested forward
+mode through ``apply``. ``Result.path_reason`` says which path ran and why.
 
 Example:
     >>> net = Transformed(MLP([2, 32, 32, 1], seed=0),

@@ -24,6 +24,7 @@ import numpy as np
 from ..autodiff import ops
 from ..autodiff.tensor import Tensor, tensor, zeros
 from ..autodiff.transforms import jvp
+from . import jets
 
 NOT_A_FIELD = ("d(u, ...): u must be the network output handed to the residual, a component "
                "u[k] of it, or a derivative d(u, ...) of those; got {what}. Differentiate the "
@@ -314,7 +315,9 @@ def network_derivatives(net, params, x, derivs, path="auto"):
     """Value and input derivatives of a network at points ``x``, all in one call.
 
     Picks the fused Taylor-mode kernels (``sciml.pinn.fused``) for an MLP whose activation
-    and derivative orders they support, else the generic nested-autodiff path for MLPs
+    and derivative orders (<= 4) they support; for a ``Transformed`` network, the transforms on
+    Taylor jets (``sciml.pinn.jets``) around the network's own path; above order 2 without fused
+    kernels, jets through the layers; else the generic nested-autodiff path for MLPs
     (``sciml.pinn.generic``), else nested forward mode through ``net.apply``.
 
     Args:
@@ -322,7 +325,8 @@ def network_derivatives(net, params, x, derivs, path="auto"):
         params: its parameter pytree (the Tensors being trained).
         x: points, ``(n, d)`` Tensor.
         derivs: multi-indices, e.g. ``{(), (0,), (0, 0), (1,)}``.
-        path: ``"auto"``, ``"fused"``, ``"generic"`` or ``"autodiff"``.
+        path: ``"auto"``, ``"fused"``, ``"generic"`` or ``"autodiff"`` (the names used:
+            also ``"jet"``).
     Returns:
         ``(values, path_used)``: dict multi-index -> ``(n, n_out)`` Tensor, and the name.
     """
@@ -335,10 +339,13 @@ def network_derivatives(net, params, x, derivs, path="auto"):
         if len(parts) == 1:
             return parts[0][0], used
         return {i: ops.concat([p[0][i] for p in parts], axis=1) for i in derivs}, used
-    if path in ("fused", "generic") and type(net).__name__ == "Transformed" and net.features is None:
-        # asked for: slower than plain nested forward mode today (measured 5-7x, 40 and 4096
-        # points), so 'auto' does not pick it
-        return _output_transformed(net, params, x, derivs, path)
+    if path != "autodiff" and type(net).__name__ == "Transformed":
+        try:
+            return _transformed(net, params, x, derivs, path)
+        except jets.Unsupported as e:   # an op without a jet rule: nested forward mode below
+            net._path_note = f"jets do not cover this transform ({e})"
+            if path != "auto":
+                raise ValueError(f"path={path!r}: {net._path_note}; use path='auto'.") from None
     layers = mlp_layers(net, params) if path != "autodiff" else None
     if layers is not None:
         act = net.activation
@@ -350,6 +357,11 @@ def network_derivatives(net, params, x, derivs, path="auto"):
             if path == "fused":
                 raise ValueError(f"path='fused' is not available for activation {act!r} and "
                                  f"derivatives {derivs}; use path='auto'.")
+        if path == "auto" and max((len(i) for i in derivs), default=0) > 2:
+            try:   # above the fused kernels' order: Taylor jets through the layers, each index once
+                return _jet_mlp(layers, act, x, derivs), "jet"
+            except jets.Unsupported:
+                pass
         if path in ("auto", "generic"):
             generic = _derivative_backend("generic")
             if generic is not None:
@@ -360,33 +372,51 @@ def network_derivatives(net, params, x, derivs, path="auto"):
     return autodiff_derivatives(lambda z: net.apply(params, z), x, derivs), "autodiff"
 
 
-def _output_transformed(net, params, x, derivs, path):
-    """Derivatives of ``u = g(x, N(x))`` for a pointwise output transform ``g``: N's jet comes
-    from its own (fused) path; ``g`` is differentiated by nested forward mode through N's
-    second-order Taylor polynomial at each point, ``N~(z) = sum_idx N_idx (z - x)^idx / idx!``,
-    which has N's derivatives up to the orders asked for, so ``g(z, N~(z))`` has u's."""
-    need = set()
-    for idx in derivs:
-        need |= {tuple(sorted(c)) for r in range(len(idx) + 1)
-                 for c in itertools.combinations(idx, r)}
-    N, used = network_derivatives(net.net, params, x, need, path)
+def _jet_mlp(layers, act, x, derivs):
+    from . import generic
+    spec = jets.closure(derivs)
+    u = jets.run(lambda z: generic.mlp(layers, act, z), jets.variables(x, spec))
+    return _coeffs(u, derivs, x.shape[0])
 
-    def dz(z, a):
-        return z[:, a:a + 1] - x[:, a:a + 1]
 
-    def taylor(z):
-        out = N[()]
-        for idx in need:
-            if not idx:
-                continue
-            term = N[idx]
-            for a in idx:
-                term = term * dz(z, a)
-            if len(idx) == 2 and idx[0] == idx[1]:
-                term = term * 0.5
-            out = out + term
-        return out
-    return autodiff_derivatives(lambda z: net.output(z, taylor(z)), x, derivs), used
+def _coeffs(u, derivs, n):
+    out = {}
+    for i in derivs:
+        c = u.coeff_tensor(i)
+        out[i] = zeros((n, u.shape[1]), u.dtype) if c is None else c
+    return out
+
+
+def _transformed(net, params, x, derivs, path):
+    """Derivatives of ``u = output(x, net(features(x)))`` with the transforms run on Taylor jets
+    (:mod:`sciml.pinn.jets`): the network's own derivatives come from its own path (the fused
+    Taylor-mode kernels for an MLP), a feature transform's jet is pushed through the network
+    (the fused kernels take input streams), the output transform composes the jets."""
+    spec = jets.closure(derivs)
+    n = x.shape[0]
+    if net.features is None:
+        N, used = network_derivatives(net.net, params, x, spec, path)
+        y = jets.JetTensor.of(dict(N), spec)
+    else:
+        F = jets.run(net.features, jets.variables(x, spec))
+        y, used = _network_on_jet(net.net, params, F, path)
+    if net.output is not None:
+        y = jets.run(net.output, jets.variables(x, spec), y)
+    net._path_note = None
+    return _coeffs(y, derivs, n), used
+
+
+def _network_on_jet(net, params, F, path):
+    """The network applied to an input jet ``F``: the fused kernels when they apply, else the
+    jet rules through ``net.apply``."""
+    layers = mlp_layers(net, params)
+    if layers is not None and path in ("auto", "fused"):
+        from . import fused
+        if fused.supports(net.activation, F.spec) and hasattr(fused, "mlp_jet"):
+            return fused.mlp_jet(layers, net.activation, F), "fused"
+    if path == "fused":
+        raise jets.Unsupported(f"the fused kernels do not take this network ({type(net).__name__})")
+    return jets.run(lambda z: net.apply(params, z), F), "jet"
 
 
 def path_reason(net, params, derivs, path, used):
@@ -394,20 +424,26 @@ def path_reason(net, params, derivs, path, used):
     order = max((len(i) for i in derivs), default=0)
     if path == used and path != "auto":
         return f"path={path!r} was asked for"
-    if type(net).__name__ == "Transformed" and used != "autodiff":
-        return (f"a pointwise output transform of {type(net.net).__name__}: the network's "
-                f"derivatives on the {used} path, the transform differentiated through their "
-                "Taylor polynomial")
     if type(net).__name__ == "Transformed":
-        return ("Transformed: nested forward-mode autodiff through net.apply (with only an "
-                "output transform, path='fused' keeps the network's fused jet, but is slower "
-                "today)")
+        parts = [w for w, f in (("feature", net.features), ("output", net.output)) if f is not None]
+        what = " and ".join(parts) + " transform" + ("s" if len(parts) > 1 else "") if parts else "no transform"
+        if used == "autodiff":
+            note = getattr(net, "_path_note", None) or "asked for"
+            return f"Transformed ({what}): nested forward-mode autodiff through net.apply ({note})"
+        inner = {"fused": "the fused Taylor-mode kernels", "jet": "Taylor jets through net.apply",
+                 "generic": "nested autodiff through the MLP's layers"}.get(used, used)
+        return (f"Transformed ({what}), derivatives up to order {order}: the {what} run on "
+                f"truncated Taylor series (jets) of the points, the network's derivatives by {inner}")
     if type(net).__name__ == "Fields":
         return (f"{len(net.nets)} networks, one per field, each on its own path "
                 f"({used}); outputs stacked")
     if used == "fused":
         return (f"an MLP with activation {getattr(net.activation, '__name__', net.activation)} "
                 f"and derivatives up to order {order}: the fused Taylor-mode kernels")
+    if used == "jet":
+        act = getattr(net.activation, "__name__", repr(net.activation))
+        return (f"derivatives up to order {order} (above the fused kernels' 2): Taylor jets "
+                f"through the MLP's layers (activation {act}), each derivative computed once")
     if used == "generic":
         act = getattr(net.activation, "__name__", repr(net.activation))
         return (f"the fused kernels do not cover activation {act} with derivatives up to order "

@@ -161,7 +161,8 @@ def test_supports_and_layer_objects():
     assert fused.supports(sm.tanh, [(), (0,), (0, 1)])
     assert fused.supports("gelu", [(1, 1)])
     assert not fused.supports(sm.relu, [()])
-    assert not fused.supports(sm.tanh, [(0, 0, 0)])
+    assert fused.supports(sm.tanh, [(0, 0, 0), (0, 1, 1, 1)])   # orders 3-4: the general stream kernels
+    assert not fused.supports(sm.tanh, [(0, 0, 0, 0, 0)])
     assert not fused.supports(lambda z: sm.tanh(z), [()])
     from sciml.models.activations import ReLU, Tanh
     assert fused.supports(Tanh(), [(0, 0)]) and not fused.supports(ReLU(), [()])
@@ -183,8 +184,8 @@ def test_clear_errors():
     x = sm.tensor(np.zeros((4, 2)))
     with pytest.raises(ValueError, match="activation .* not supported by the fused path"):
         fused.mlp_derivatives(layers, sm.relu, x, [()])
-    with pytest.raises(ValueError, match=r"derivative \(0, 0, 1\) has order 3"):
-        fused.mlp_derivatives(layers, sm.tanh, x, [(0, 0, 1)])
+    with pytest.raises(ValueError, match=r"derivative \(0, 0, 1, 1, 1\) has order 5"):
+        fused.mlp_derivatives(layers, sm.tanh, x, [(0, 0, 1, 1, 1)])
     with pytest.raises(ValueError, match="refers to input 2, but x has 2 columns"):
         fused.mlp_derivatives(layers, sm.tanh, x, [(2,)])
     with pytest.raises(TypeError, match="must be a tuple of ints"):
