@@ -79,3 +79,20 @@ def test_deepxde_points_space_time_initial_and_anchors():
         heat.deepxde_points(4, 4, 4, anchors=[[2.0, 0.5]])
     with pytest.raises(TypeError, match="num_boundary"):
         heat.deepxde_points(4, 2.5)
+
+
+def test_same_weights_and_points_train_as_deepxde():
+    # DeepXDE 1.15 (PyTorch, float64) on Poisson_periodic_1d with its 16 + 2 points, a 1-16-16-1
+    # tanh net given these weights, 30 Adam steps at lr 0.01 predicts, at x = -1, -0.5, 0, 0.5, 1:
+    dde = [0.18286867641796525, -0.12400904911629662, 0.8318935722122784, 1.7286118980219967,
+           1.2079172990690543]
+    rng, sizes = np.random.default_rng(7), [1, 16, 16, 1]
+    net = MLP(sizes, activation=sm.tanh, seed=0, dtype="float64")
+    for layer, (a, b) in zip(net.layers, zip(sizes, sizes[1:])):
+        layer.weight._assign(rng.uniform(-1, 1, (a, b)) * np.sqrt(6 / (a + b)))
+        layer.bias._assign(rng.uniform(-0.1, 0.1, b))
+    problem, points = _periodic().deepxde_points(16, 2)
+    solve(problem, net, points=points, stages=[(Adam(lr=0.01), 30)], dtype="float64",
+          progress=False)
+    y = net(sm.tensor(np.linspace(-1, 1, 5)[:, None])).numpy()[:, 0]
+    np.testing.assert_allclose(y, dde, rtol=1e-9, atol=1e-12)
