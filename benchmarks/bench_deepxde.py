@@ -6,6 +6,11 @@ code. Writes the table into docs/pinn.md (between the ``bench_deepxde`` markers)
     python -m benchmarks.bench_deepxde                       # the examples' own iterations
     python -m benchmarks.bench_deepxde --steps 2000 --write   # equal, cut budget in both
     python -m benchmarks.bench_deepxde --quick               # CI smoke (SCIML_QUICK=1)
+    python -m benchmarks.bench_deepxde --steps 500 --seeds 3  # median (min-max) over seeds 0-2
+
+``--seeds N`` runs every port N times in each library, with ``SCIML_SEED`` = 0 .. N-1 (the
+sciml ports seed their network and points with it, the DeepXDE twins call
+``dde.config.set_random_seed``), and reports the median error (min-max) and median time.
 
 DeepXDE runs in a subprocess with ``DDE_BACKEND=pytorch``; ``--peer-path DIR`` (or
 ``SCIML_PEER_PATH``) is prepended to its PYTHONPATH when DeepXDE and torch are installed
@@ -92,6 +97,8 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", default=None, help="ports to run (default: all)")
     ap.add_argument("--no-peer", action="store_true", help="sciml only")
     ap.add_argument("--peer-path", default=os.environ.get("SCIML_PEER_PATH"))
+    ap.add_argument("--seeds", type=int, default=1, help="runs per port and library (seeds "
+                    "0..N-1); the table shows the median error and its min-max")
     ap.add_argument("--timeout", type=int, default=7200)
     ap.add_argument("--write", action="store_true", help=f"write the table into {DOC}")
     _arch.add_argument(ap)
@@ -104,15 +111,26 @@ def main(argv=None):
         env["SCIML_QUICK"] = "1"
     if args.steps:
         env["SCIML_STEPS"] = str(args.steps)
-    rows = []
+    if args.seeds < 1:
+        ap.error(f"--seeds: expected a count >= 1, got {args.seeds}")
+    rows, load0 = [], os.getloadavg()
     for name in args.only or ports():
-        s = run_sciml(name, env, args.timeout)
-        dx = None if args.no_peer else run_deepxde(name, env, args.timeout, args.peer_path)
+        ss, dxs = [], []
+        for seed in range(args.seeds):
+            if args.seeds > 1:
+                env["SCIML_SEED"] = str(seed)
+            ss.append(run_sciml(name, env, args.timeout))
+            if not args.no_peer:
+                dxs.append(run_deepxde(name, env, args.timeout, args.peer_path))
+            print(f"  {name} seed {seed}: sciml {ss[-1]['rel_l2']:.3e}"
+                  + (f", DeepXDE {dxs[-1]['rel_l2']:.3e}" if dxs else ""), flush=True)
+        s, dx = _summary(ss), (_summary(dxs) if dxs else None)
         row = {"name": name, "sciml": s, "deepxde": dx,
                "lines": (user_lines(os.path.join(PORTS_DIR, f"{name}.py")),
                          user_lines(os.path.join(PORTS_DIR, "dde", f"{name}.py")))}
         rows.append(row)
         print(_row(row), flush=True)
+    args.load = (load0, os.getloadavg())
     table = _table(rows, args)
     print(table)
     if args.write:
@@ -120,13 +138,28 @@ def main(argv=None):
     return rows
 
 
+def _summary(runs):
+    """Median of each number over the runs; ``rel_l2_range`` (min, max) when several."""
+    import numpy as np
+    out = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
+    out["n"] = len(runs)
+    if len(runs) > 1:
+        out["rel_l2_range"] = (min(r["rel_l2"] for r in runs), max(r["rel_l2"] for r in runs))
+    return out
+
+
 def _fmt(r, key, f="{:.2e}"):
-    return "–" if r is None or key not in r else f.format(r[key])
+    if r is None or key not in r:
+        return "–"
+    if key == "rel_l2" and "rel_l2_range" in r:
+        lo, hi = r["rel_l2_range"]
+        return f"{r[key]:.2e} ({lo:.1e}–{hi:.1e})"
+    return f.format(r[key])
 
 
 def _row(row):
     s, dx = row["sciml"], row["deepxde"]
-    extra = [k for k in s if k not in ("rel_l2", "time")]
+    extra = [k for k in s if k not in ("rel_l2", "time", "n", "rel_l2_range")]
     cells = [f"`{row['name']}`", _fmt(s, "rel_l2"), _fmt(dx, "rel_l2"),
              _fmt(s, "time", "{:.0f} s"), _fmt(dx, "time", "{:.0f} s"),
              f"{row['lines'][0]}", f"{row['lines'][1]}"]
@@ -137,8 +170,17 @@ def _row(row):
 def _table(rows, args):
     budget = "each example's own iterations" if not (args.steps or args.quick) else \
         ("quick mode" if args.quick else f"{args.steps} iterations in both")
+    seeds = getattr(args, "seeds", 1)
     cmd = "python -m benchmarks.bench_deepxde" + (" --quick" if args.quick else "") + \
-        (f" --steps {args.steps}" if args.steps else "") + " --write"
+        (f" --steps {args.steps}" if args.steps else "") + \
+        (f" --seeds {seeds}" if seeds > 1 else "") + \
+        (" --only " + " ".join(args.only) if args.only else "") + " --write"
+    if seeds > 1:
+        budget += f"; median (min–max) over seeds 0–{seeds - 1} in each library, median times"
+    load = getattr(args, "load", None)
+    if load:
+        budget += (f"; load average {load[0][0]:.1f} at the start, {load[1][0]:.1f} at the end "
+                   f"(1-minute)")
     head = (f"Produced by `{cmd}` ({budget}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
             f"{os.cpu_count()} cores; wall times are of training only):\n\n"
             "| port | sciml rel. L2 | DeepXDE rel. L2 | sciml time | DeepXDE time | sciml lines "

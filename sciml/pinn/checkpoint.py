@@ -1,6 +1,7 @@
 """PINN checkpoints: one ``.npz`` file holding where a run is (stage and step inside it),
-the parameters, loss weights, history, the first-order optimizer's state, the interior
-points and the sampler's random state, so that a resumed run continues exactly where the
+the parameters, loss weights, history, the optimizer's state (first-order moments, or a
+curvature optimizer's history such as L-BFGS's (s, y) pairs), the interior points and the
+sampler's random state, so that a resumed run continues exactly where the
 stopped one was.
 
 Writes are atomic (:func:`sciml._io.atomic_write`): a crash during a save leaves the
@@ -62,13 +63,18 @@ def save(path, params, stage, step, weights, history, opt=None, interior=None, r
 
 
 def _optimizer_state(opt):
-    if opt is None or getattr(opt, "needs_loss", False) or hasattr(opt, "_minimize") \
-            or not hasattr(opt, "state_dict"):
-        return None   # curvature optimizers restart their history on resume
+    """The optimizer's ``state_dict`` (first-order moments; a curvature optimizer's history,
+    e.g. L-BFGS's (s, y) pairs, so that a resumed run continues with the same curvature
+    estimate), or None when it has none that can be saved."""
+    if opt is None or not hasattr(opt, "state_dict"):
+        return None
     try:
-        return opt.state_dict()
+        sd = opt.state_dict()
     except Exception:   # an optimizer without a saveable state: resume restarts it
         return None
+    if not isinstance(sd, dict) or "state" not in sd or "step" not in sd:
+        return None
+    return sd
 
 
 def load(path, params, n_weights, stages):

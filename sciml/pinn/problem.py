@@ -131,6 +131,85 @@ class Problem:
                 c.bind(self)
         self._check_hard()
 
+    # --- DeepXDE's point sets -----------------------------------------------------------------
+    def deepxde_points(self, num_domain, num_boundary=0, num_initial=0, *, anchors=None,
+                       method="hammersley", seed=0):
+        """DeepXDE's point sets (``dde.data.PDE`` / ``TimePDE``), for ``solve``:
+        ``problem2, points = problem.deepxde_points(16, 2)`` then ``solve(problem2, net,
+        points=points)``.
+
+        DeepXDE draws ``num_domain`` interior points, one pool of ``num_boundary`` points on the
+        (lateral) boundary, ``num_initial`` points on t = t0, and appends the ``anchors``; the
+        PDE residual holds on all of them, and every boundary or initial condition keeps the
+        points of that whole set that lie where it holds (its ``on``), so the conditions share
+        the pool. Here the same: ``points`` is that whole set (the PDE points) and ``problem2``
+        a copy of the problem whose soft conditions carry their points of it (a condition
+        given its own points, a hard condition or data keep theirs). The default sampler is
+        DeepXDE's default ``train_distribution``, the Hammersley set (deterministic; another
+        ``method`` takes ``seed``). The points are fixed for the run, as in DeepXDE (with
+        ``solve(resample=...)`` only the interior points are redrawn).
+
+        Args:
+            num_domain: interior points.
+            num_boundary: the shared pool on the boundary (space-time: the lateral boundary).
+            num_initial: points on the initial slice (space-time domains only).
+            anchors: extra PDE points, an ``(m, dim)`` array (checked to lie in the domain);
+                conditions also take those of them that lie where they hold, as in DeepXDE.
+            method: ``'hammersley'`` (default), ``'lhs'``, ``'sobol'``, ``'uniform'``.
+            seed: seeds the samplers that are random.
+        Returns:
+            ``(problem2, points)``: the copy of the problem, and the ``(n, dim)`` PDE points.
+        Raises:
+            ValueError: a soft condition that none of the points satisfy (DeepXDE would train
+                on an empty term), naming it and the counts to raise.
+        """
+        import copy
+        from . import sampling
+        n_dom = sampling.check_count(num_domain, "deepxde_points(num_domain=...)")
+        n_bnd = sampling.check_count(num_boundary, "deepxde_points(num_boundary=...)")
+        n_ini = sampling.check_count(num_initial, "deepxde_points(num_initial=...)")
+        method = sampling.check_method(method)
+        rng = sampling.as_rng(seed, "deepxde_points(seed=...)")
+        dom = self.domain
+        sets = []
+        if n_bnd:
+            sets.append(dom.sample_boundary(n_bnd, rng, method))
+        if n_dom:
+            sets.append(dom.sample_interior(n_dom, rng, method))
+        if n_ini:
+            if not hasattr(dom, "sample_initial"):
+                raise ValueError(f"deepxde_points(num_initial={n_ini}): the domain {dom!r} has no "
+                                 "time; num_initial needs a space-time domain (geom * TimeInterval).")
+            sets.append(dom.sample_initial(n_ini, rng, method))
+        if anchors is not None:
+            a = np.asarray(anchors.numpy() if hasattr(anchors, "numpy") else anchors, np.float64)
+            sets.append(dom.check_inside(a, what="deepxde_points(anchors=...)"))
+        if not sets:
+            raise ValueError("deepxde_points: all counts are 0 and no anchors; need PDE points.")
+        x = np.concatenate(sets)
+        conditions = []
+        for c in self.conditions:
+            if getattr(c, "hard", False) or c.given is not None or not hasattr(c, "sample") \
+                    or c.on == "data":
+                conditions.append(c)
+                continue
+            mask = dom.boundary_part(c.on)(x)
+            if not mask.any():
+                raise ValueError(f"deepxde_points: none of the {len(x)} points lies where "
+                                 f"{type(c).__name__} {c.name!r} holds (on={c.on!r}); raise "
+                                 f"num_boundary (now {n_bnd}) or num_initial (now {n_ini}).")
+            c2 = copy.copy(c)
+            c2._name = c.name                    # keep its label in the loss history
+            c2.given, c2.n_points = np.ascontiguousarray(x[mask]), int(mask.sum())
+            conditions.append(c2)
+        out = copy.copy(self)
+        out.conditions = conditions
+        for c in conditions:
+            if hasattr(c, "bind"):
+                c.bind(out)
+        out._check_hard()
+        return out, x
+
     # --- residual arguments -------------------------------------------------------------------
     def signature(self, fn, who="residual"):
         """``(args, outs)`` of a function of outputs, coordinates and parameters, checked."""

@@ -19,8 +19,9 @@ import warnings
 
 import numpy as np
 
-METHODS = ("uniform", "lhs", "sobol", "grid")
-_ALIASES = {"latin_hypercube": "lhs", "latin": "lhs", "random": "uniform", "pseudo": "uniform"}
+METHODS = ("uniform", "lhs", "sobol", "hammersley", "grid")
+_ALIASES = {"latin_hypercube": "lhs", "latin": "lhs", "random": "uniform", "pseudo": "uniform",
+            "hammersly": "hammersley", "Hammersley": "hammersley", "LHS": "lhs", "Sobol": "sobol"}
 
 _NO_SCIPY = ("sobol() needs scipy (scipy.stats.qmc.Sobol), which is not installed. "
              "Install it with `pip install scipy`, or use method='lhs' or 'uniform'.")
@@ -152,6 +153,63 @@ def sobol(n, d, rng):
     return _sobol_draw(_sobol_engine(d, rng), n) if n else np.zeros((0, d))
 
 
+_PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71)
+
+
+def radical_inverse(k, base):
+    """Van der Corput radical inverse of the integers ``k`` (array) in ``base``: the digits
+    of ``k`` mirrored about the radix point (``radical_inverse([1, 2, 3], 2)`` = 0.5, 0.25,
+    0.75)."""
+    k = np.asarray(k, dtype=np.int64).copy()
+    out, f = np.zeros(k.shape), 1.0 / base
+    while np.any(k > 0):
+        out += f * (k % base)
+        k //= base
+        f /= base
+    return out
+
+
+def halton(n, d, rng=None, start=1):
+    """Halton points ``k = start, ..., start + n - 1``: column ``j`` is the radical inverse
+    of ``k`` in the ``j``-th prime. Deterministic (``rng`` is accepted and unused)."""
+    n, d = check_count(n), _check_dim(d)
+    if d > len(_PRIMES):
+        raise ValueError(f"halton(): d={d} is more than the {len(_PRIMES)} dimensions supported.")
+    k = np.arange(start, start + n)
+    return np.stack([radical_inverse(k, b) for b in _PRIMES[:d]], axis=1) if d else np.zeros((n, 0))
+
+
+def hammersley(n, d, rng=None):
+    """The Hammersley set, exactly as DeepXDE's default ``train_distribution="Hammersley"``
+    draws it (via scikit-optimize): in one dimension the van der Corput points of
+    ``k = 1, ..., n`` in base 2 (for ``n = 2^m - 1`` the regular grid ``k / 2^m``); in ``d >= 2``
+    the first ``d - 1`` columns are Halton (primes 2, 3, 5, ...) and the last is the regular
+    ``k / (n + 1)``, ``k = 1, ..., n``. No point lies on a face of the cube.
+
+    Deterministic: every draw of ``n`` points is the same set (``rng`` is accepted and
+    unused), so with residual-adaptive resampling the candidate set repeats; a rejection
+    sampler (non-box domains) continues the Halton sequence instead (see :func:`stream`).
+
+    Args:
+        n: number of points.
+        d: dimension (at most 20).
+        rng: ignored (for the common signature).
+    Returns:
+        Array of shape ``(n, d)`` in ``(0, 1)^d``.
+    Example:
+        >>> hammersley(4, 1)[:, 0]
+        array([0.5  , 0.25 , 0.75 , 0.125])
+        >>> hammersley(3, 2)
+        array([[0.5 , 0.25],
+               [0.25, 0.5 ],
+               [0.75, 0.75]])
+    """
+    n, d = check_count(n), _check_dim(d)
+    if d <= 1:
+        return halton(n, d)
+    return np.concatenate([halton(n, d - 1), (np.arange(1, n + 1) / (n + 1))[:, None]], axis=1)
+
+
 def _grid_counts(n, extents):
     """Points per axis so that a regular grid over a box with side lengths ``extents``
     (shape ``(d,)``) has about ``n`` points with about equal spacing on every axis."""
@@ -201,27 +259,31 @@ def grid(n, d, *, extents=None, endpoint=False):
 
 
 def sample(method, n, d, rng=None):
-    """Dispatch to a sampler by name: ``"uniform"``, ``"lhs"``, ``"sobol"`` or ``"grid"``.
+    """Dispatch to a sampler by name: ``"uniform"``, ``"lhs"``, ``"sobol"``, ``"hammersley"``
+    or ``"grid"``.
 
     Args:
         method: sampler name (``"latin_hypercube"`` is accepted for ``"lhs"``).
         n: number of points (approximate for ``"grid"``).
         d: dimension.
-        rng: ``np.random.Generator`` or int seed; unused by ``"grid"``.
+        rng: ``np.random.Generator`` or int seed; unused by ``"grid"`` and ``"hammersley"``.
     Returns:
         Array of shape ``(n, d)`` on the unit cube.
     """
     method = check_method(method)
     if method == "grid":
         return grid(n, d)
-    return {"uniform": uniform, "lhs": latin_hypercube, "sobol": sobol}[method](n, d, rng)
+    return {"uniform": uniform, "lhs": latin_hypercube, "sobol": sobol,
+            "hammersley": hammersley}[method](n, d, rng)
 
 
 def stream(method, d, rng):
     """A source of unit-cube points drawn in batches, for rejection sampling.
 
     ``"sobol"`` continues one scrambled sequence across batches (so accepted points stay
-    low-discrepancy); ``"uniform"`` and ``"lhs"`` draw a fresh sample per batch.
+    low-discrepancy), ``"hammersley"`` continues the Halton sequence (the Hammersley set's
+    last column needs the count in advance); ``"uniform"`` and ``"lhs"`` draw a fresh sample
+    per batch.
 
     Args:
         method: ``"uniform"``, ``"lhs"`` or ``"sobol"`` (a grid is not a stream).
@@ -239,6 +301,13 @@ def stream(method, d, rng):
         return lambda m: _sobol_draw(engine, m)
     if method == "lhs":
         return lambda m: latin_hypercube(m, d, rng)
+    if method == "hammersley":
+        nxt = [1]
+
+        def draw(m):
+            nxt[0] += m
+            return halton(m, d, start=nxt[0] - m)
+        return draw
     return lambda m: rng.random((m, d))
 
 
@@ -361,5 +430,6 @@ def sphere_dims(d):
     return {2: 1, 3: 2}.get(d, d)
 
 
-__all__ = ["METHODS", "as_rng", "uniform", "latin_hypercube", "sobol", "grid", "sample",
+__all__ = ["METHODS", "as_rng", "uniform", "latin_hypercube", "sobol", "hammersley", "halton",
+           "radical_inverse", "grid", "sample",
            "stream", "rar_add", "rad_resample", "unit_sphere", "sphere_dims"]

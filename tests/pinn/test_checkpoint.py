@@ -169,3 +169,25 @@ def test_save_is_atomic_when_the_write_fails(tmp_path, monkeypatch, saved):
         ckpt.save(saved, {"net": net.params(), "pde": {}}, 0, 1, np.ones(2), {})
     assert open(saved, "rb").read() == before
     assert sorted(os.listdir(os.path.dirname(saved))) == ["run.npz"]
+
+
+def test_a_checkpoint_inside_an_lbfgs_stage_holds_its_history(tmp_path):
+    # stopped after the first L-BFGS call (3 iterations): the (s, y) pairs are saved, so a
+    # resumed run can continue with the same curvature estimate
+    ck = str(tmp_path / "run.npz")
+    net = _net()
+    stages = [(Adam(lr=1e-2), 4), (LBFGS(history=10, max_iter=3), 6)]
+    solve(_poisson(), net, stages=stages, checkpoint=ck, points=24, seed=0, progress=False,
+          callbacks=[lambda info: info.step >= 7])
+    lb = stages[1][0]
+    with np.load(ck) as z:
+        assert int(z["stage"]) == 1 and 0 < int(z["step"]) < 6
+        assert {"opt.lbfgs.S", "opt.lbfgs.Y", "opt.lbfgs.rho"} <= set(z.files)
+        np.testing.assert_array_equal(z["opt.lbfgs.S"], lb.state_dict()["state"]["lbfgs.S"])
+    fresh = _net()
+    c = ckpt.load(ck, fresh.params(), 2, stages)
+    again = LBFGS(history=10, max_iter=3)
+    again.bind(fresh.params())
+    again.load_state_dict(c.opt_state)
+    for k, v in lb.state_dict()["state"].items():
+        np.testing.assert_array_equal(again.state_dict()["state"][k], v)

@@ -36,6 +36,11 @@ def test_line_counts_and_table(tmp_path):
     line = B._row(row)
     assert line == "| `p` | 1.00e-03 | 2.00e-03 | 2 s | 3 s | 10 | 20 | C: 1.01 / 1.02 |"
     assert "| `p` | 1.00e-03 | – |" in B._row(dict(row, deepxde=None))
+    # --seeds N: the median and its range over the runs
+    runs = [{"rel_l2": e, "time": t, "C": c} for e, t, c in [(3e-3, 5, 1.0), (1e-3, 4, 2.0), (2e-3, 9, 3.0)]]
+    s = B._summary(runs)
+    assert s["rel_l2"] == 2e-3 and s["time"] == 5 and s["C"] == 2.0 and s["rel_l2_range"] == (1e-3, 3e-3)
+    assert B._row(dict(row, sciml=s)).startswith("| `p` | 2.00e-03 (1.0e-03–3.0e-03) | 2.00e-03 | 5 s |")
 
 
 def test_pde_on_boundary_includes_both_ends_of_a_periodic_condition():

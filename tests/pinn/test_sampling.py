@@ -160,4 +160,4 @@ def test_rad_resample_errors():
 
 
 def test_methods_constant():
-    assert sampling.METHODS == ("uniform", "lhs", "sobol", "grid")
+    assert sampling.METHODS == ("uniform", "lhs", "sobol", "hammersley", "grid")

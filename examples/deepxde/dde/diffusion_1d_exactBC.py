@@ -8,6 +8,8 @@ import numpy as np
 import torch
 
 ITER = int(os.environ.get("SCIML_STEPS", 5 if os.environ.get("SCIML_QUICK") else 10000))
+if "SCIML_SEED" in os.environ:   # the benchmark's --seeds: weights (and random points) seeded
+    dde.config.set_random_seed(int(os.environ["SCIML_SEED"]))
 
 
 def pde(x, y):
