@@ -311,7 +311,7 @@ class _Run:
         for si in range(start, len(self.stages)):
             opt, steps = self.stages[si]
             opt.bind(self.leaves_tree)
-            if si == start and self.opt_state is not None and not is_curvature(opt):
+            if si == start and self.opt_state is not None:
                 with contextlib.suppress(Exception):   # another optimizer kind: it restarts
                     opt.load_state_dict(self.opt_state)
             k0 = first if si == start else 0

@@ -191,3 +191,17 @@ def test_a_checkpoint_inside_an_lbfgs_stage_holds_its_history(tmp_path):
     again.load_state_dict(c.opt_state)
     for k, v in lb.state_dict()["state"].items():
         np.testing.assert_array_equal(again.state_dict()["state"][k], v)
+
+
+def test_a_run_stopped_inside_an_lbfgs_stage_resumes_exactly(tmp_path, uninterrupted):
+    # the (s, y) history comes back on resume, so the resumed quasi-Newton stage continues the same run
+    ref, w_ref = uninterrupted
+    ck = str(tmp_path / "run.npz")
+    solve(_poisson(), _net(), stages=_stages(), checkpoint=ck, callbacks=[lambda info: info.step >= 14], **COMMON)
+    with np.load(ck) as z:
+        assert int(z["stage"]) == 1 and 0 < int(z["step"]) < 6 and "opt.lbfgs.S" in z.files
+    net = _net()
+    r2 = solve(_poisson(), net, stages=_stages(), checkpoint=ck, **COMMON)
+    assert r2.history["step"] == ref.history["step"]
+    np.testing.assert_allclose(r2.history["loss"], ref.history["loss"], rtol=1e-10)
+    np.testing.assert_allclose(_flat(net), w_ref, rtol=1e-9, atol=1e-12)
