@@ -76,7 +76,8 @@ def test_scalar_kernels_reuse_contexts_and_keep_signed_zeros():
         np.testing.assert_array_equal(out, np.float32(v))
         assert np.all(np.signbit(out) == np.signbit(np.float32(v))), v
     k = next(fl for key, fl in C._cache.items() if key[:2] == ("fill", dt))
-    assert k.ctxs is not None and {key[-2] for key in k.ctxs} == {2.0, -1.5}  # key: (ptr, size, value, n)
+    vals = {key[-2] for key in k.ctxs or ()}  # key: (ptr, size, value, n); earlier tests may have cached others
+    assert {2.0, -1.5} <= vals and not any(v == 0 for v in vals), vals  # signed zeros are never cached
     x = sm.tensor(np.ones(5, np.float32))
     for s in (0.0, -0.0, 0.0, -0.0):
         r = (x * s).numpy()

@@ -386,6 +386,7 @@ def test_parallel_maps_run_chunks_as_tasks(monkeypatch):
     modes; and the compile flags are restored afterwards."""
     sm.init(arch="cpu")
     monkeypatch.setattr(C, "busy", lambda: False)
+    monkeypatch.setattr(V, "DYNAMIC", True)   # off by default (see _vec.DYNAMIC)
     cfg = C.ti().lang.impl.current_cfg()
     rng = np.random.default_rng(11)
     for dt in ("float32", "float64"):

@@ -213,7 +213,10 @@ CTX_CACHE = 16  # launch contexts kept per kernel (VecLaunch.fast)
 # outer range-for is a task from a shared counter (``ti.loop_config(block_dim=1)``), so the threads that run
 # take the chunks and the launch ends when they are done. The load/store-bound maps use this for their
 # parallel launches: an outer loop over chunks of DYN_CHUNK bytes, a serial inner loop (the same vector code).
-DYNAMIC = True
+# Off: not shown faster on an idle machine yet, and a broadcast sigmoid_grad in the chunked kernel differed
+# from the scalar kernel in the last bit (82,217 of 300,003 float32 values; tests/test_vec_elementwise.py
+# test_binary_same_bits catches it on an idle host): results must not depend on the path.
+DYNAMIC = False
 DYN_CHUNK = 1 << 16  # bytes of each array per task (16384 float32): ~60 tasks at 1e6 float32
 
 
