@@ -39,6 +39,7 @@ from ..autodiff.ops.reduce import reshape
 from ..autodiff.primitive import Primitive
 from ..autodiff.tensor import zeros
 from ..autodiff.transforms import jvp, vjp
+from ..kernels import blas as _kblas
 from ..kernels import linalg as LK
 from ..kernels import taylor as TK
 from . import generic
@@ -66,7 +67,11 @@ def supports(activation, derivs) -> bool:
 # --- helpers ------------------------------------------------------------------------------
 def _gemm(a, b, out, m, n, k, ta=False, tb=False, dtype="float64", batch=1):
     """out = op(a) @ op(b). On CPU with BLAS, a large GEMM is split in two halves run on two
-    threads, each a single-threaded BLAS call (see ``_Threads``)."""
+    threads, each a single-threaded BLAS call (see ``_Threads``). ``out`` = (buffer, offset) on devices:
+    C is written in place into that region of a larger buffer (no temporary and no copy kernel)."""
+    if isinstance(out, tuple):
+        _kblas.device_gemm(a, b, out[0], batch, m, n, k, ta, tb, dtype, out_off=out[1])
+        return
     blas = _linalg_ops._blas["enabled"]
     if _THREADS.active and batch == 1 and (blas is None or blas):
         if not ta and m >= SPLIT_MIN:
@@ -357,12 +362,15 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=
     def region(i):
         return _sub(flat, int(offs[i]), sizes[i], dtype, pending)
 
+    def into(i):  # a GEMM's output region: on devices written in place (dW1/db1 stay regions: first_finish)
+        return region(i) if backend.on_host() else (flat, int(offs[i]))
+
     G = g._buf
     W = params[-2]
     w, o = W.shape
     ones = _ones(max(n * (1 + n1), n), dtype)
-    _gemm(Hs[-1], G, region(base + 2 * L - 2), w, o, S * n, ta=True, dtype=dtype)     # dW_L
-    _gemm(ones, G, region(base + 2 * L - 1), 1, o, n, dtype=dtype)                    # db_L
+    _gemm(Hs[-1], G, into(base + 2 * L - 2), w, o, S * n, ta=True, dtype=dtype)     # dW_L
+    _gemm(ones, G, into(base + 2 * L - 1), 1, o, n, dtype=dtype)                    # db_L
     top = (G, W._buf, o)   # dH = G W_L^T is formed inside the last activation layer's adjoint kernel
     dH = _take(S * n * w, dtype)
     for k in range(L - 2, 0, -1):
@@ -370,8 +378,8 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=
         w_in, w = W.shape
         _layer_bwd(act, Zs[k], Hs[k], None, dH, coords, pairs, high, n, w, False, dtype,
                    top if k == L - 2 else None)
-        _gemm(Hs[k - 1], dH, region(base + 2 * k), w_in, w, S * n, ta=True, dtype=dtype)
-        _gemm(ones, dH, region(base + 2 * k + 1), 1, w, n, dtype=dtype)
+        _gemm(Hs[k - 1], dH, into(base + 2 * k), w_in, w, S * n, ta=True, dtype=dtype)
+        _gemm(ones, dH, into(base + 2 * k + 1), 1, w, n, dtype=dtype)
         dH_in = _take(S * n * w_in, dtype)
         _gemm(dH, W._buf, dH_in, S * n, w_in, w, tb=True, dtype=dtype)
         _give([dH], dtype)
@@ -384,7 +392,7 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=
         _gemm(x._buf, dH, dW1, d, w, S * n, ta=True, dtype=dtype)
         _gemm(ones, dH, region(base + 1), 1, w, n, dtype=dtype)
         if want_x:
-            _gemm(dH, W._buf, region(0), S * n, d, w, tb=True, dtype=dtype)
+            _gemm(dH, W._buf, into(0), S * n, d, w, tb=True, dtype=dtype)
         _give([dH], dtype)
         for buf, off, size in pending:
             TK.copy(buf, 0, flat, off, size, dtype)
@@ -394,7 +402,7 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=
     _gemm(ones, dH, cs, 1, w, n, dtype=dtype, batch=1 + n1)
     TK.first_finish(cs, dW1, region(base + 1), meta, w, dtype)
     if want_x:
-        _gemm(dH, W._buf, region(0), n, d, w, tb=True, dtype=dtype)
+        _gemm(dH, W._buf, into(0), n, d, w, tb=True, dtype=dtype)
     _give([dH], dtype)
     for buf, off, size in pending:
         TK.copy(buf, 0, flat, off, size, dtype)
