@@ -21,10 +21,10 @@ def state_words(seed: int):
     return [k0 & 0xFFFF, k0 >> 16, k1 & 0xFFFF, k1 >> 16, 0, 0]
 
 
-def _build_mask(sdtype, dtype, serial):
+def _mask_block(T):
+    """A ti.func writing mask entries 4j..4j+3 (those < n) from one Threefry call on the stream in ``state``:
+    ``scale`` where the 16-bit uniform is >= ``thr``, else 0 (shared by ``mask`` and the dense epilogue)."""
     ti = C.ti()
-    S, A = C.arr(sdtype), C.arr(dtype)
-    T = backend.ti_dtype(dtype)
     tf = _threefry(ti)
     u32 = ti.u32
 
@@ -32,24 +32,36 @@ def _build_mask(sdtype, dtype, serial):
     def word(x):
         return ti.cast(ti.cast(x, ti.i32), u32)
 
+    @ti.func
+    def block(state: ti.template(), m: ti.template(), j, n, thr, scale):
+        k0 = word(state[0]) | (word(state[1]) << u32(16))
+        k1 = word(state[2]) | (word(state[3]) << u32(16))
+        c = word(state[4]) | (word(state[5]) << u32(16))
+        x0, x1 = tf(k0, k1, c, ti.cast(j, u32))
+        t = ti.cast(thr, u32)
+        lo = u32(0xFFFF)
+        zero = ti.cast(0, T)
+        m[4 * j] = ti.select((x0 & lo) >= t, scale, zero)
+        if 4 * j + 1 < n:
+            m[4 * j + 1] = ti.select((x0 >> u32(16)) >= t, scale, zero)
+        if 4 * j + 2 < n:
+            m[4 * j + 2] = ti.select((x1 & lo) >= t, scale, zero)
+        if 4 * j + 3 < n:
+            m[4 * j + 3] = ti.select((x1 >> u32(16)) >= t, scale, zero)
+    return block
+
+
+def _build_mask(sdtype, dtype, serial):
+    ti = C.ti()
+    S, A = C.arr(sdtype), C.arr(dtype)
+    T = backend.ti_dtype(dtype)
+    block = _mask_block(T)
+
     @ti.kernel
     def k(state: S, m: A, n: ti.i32, thr: ti.i32, scale: T):
         ti.loop_config(serialize=serial)
         for j in range((n + 3) // 4):
-            k0 = word(state[0]) | (word(state[1]) << u32(16))
-            k1 = word(state[2]) | (word(state[3]) << u32(16))
-            c = word(state[4]) | (word(state[5]) << u32(16))
-            x0, x1 = tf(k0, k1, c, ti.cast(j, u32))
-            t = ti.cast(thr, u32)
-            lo = u32(0xFFFF)
-            zero = ti.cast(0, T)
-            m[4 * j] = ti.select((x0 & lo) >= t, scale, zero)
-            if 4 * j + 1 < n:
-                m[4 * j + 1] = ti.select((x0 >> u32(16)) >= t, scale, zero)
-            if 4 * j + 2 < n:
-                m[4 * j + 2] = ti.select((x1 & lo) >= t, scale, zero)
-            if 4 * j + 3 < n:
-                m[4 * j + 3] = ti.select((x1 >> u32(16)) >= t, scale, zero)
+            block(state, m, j, n, thr, scale)
     return k
 
 
@@ -131,33 +143,15 @@ def _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop, cols4=False, save_d
     ti = C.ti()
     S, A = C.arr(sdtype), C.arr(dtype)
     T = backend.ti_dtype(dtype)
-    tf = _threefry(ti)
-    u32 = ti.u32
+    block = _mask_block(T)
     val, der = _epi_funcs(act, dtype)
-
-    @ti.func
-    def word(x):
-        return ti.cast(ti.cast(x, ti.i32), u32)
 
     @ti.kernel
     def k(h: A, b: A, y: A, m: A, d: A, state: S, n: ti.i32, cols: ti.i32, thr: ti.i32, scale: T):
         if ti.static(drop):   # the mask first (four entries per Threefry call, the stream of ``mask`` above)
             ti.loop_config(serialize=serial)
             for j in range((n + 3) // 4):
-                k0 = word(state[0]) | (word(state[1]) << u32(16))
-                k1 = word(state[2]) | (word(state[3]) << u32(16))
-                c = word(state[4]) | (word(state[5]) << u32(16))
-                x0, x1 = tf(k0, k1, c, ti.cast(j, u32))
-                t = ti.cast(thr, u32)
-                lo = u32(0xFFFF)
-                zero = ti.cast(0, T)
-                m[4 * j] = ti.select((x0 & lo) >= t, scale, zero)
-                if 4 * j + 1 < n:
-                    m[4 * j + 1] = ti.select((x0 >> u32(16)) >= t, scale, zero)
-                if 4 * j + 2 < n:
-                    m[4 * j + 2] = ti.select((x1 & lo) >= t, scale, zero)
-                if 4 * j + 3 < n:
-                    m[4 * j + 3] = ti.select((x1 >> u32(16)) >= t, scale, zero)
+                block(state, m, j, n, thr, scale)
         ti.loop_config(serialize=serial)   # then the epilogue: plain row / column loops
         for r in range(n // cols):
             for j in range(cols):
