@@ -106,6 +106,46 @@ def layer_backward(act, Z, HV, W, G, coords, pairs, n: int, w: int, first: bool,
     k(Z, HV, W if first else Z, G, GOUT, WL, n, w)
 
 
+def _out_layer(T, S, o):
+    """ti.func: the last (linear) layer fused into a forward kernel: OUT[st, r, :] = H[st, r, :] @ WL (+ bL for
+    the value stream st = 0), for the S Taylor streams of row r."""
+    ti = C.ti()
+
+    @ti.func
+    def out_layer(H: ti.template(), WL: ti.template(), bL: ti.template(), OUT: ti.template(), r, n, w):
+        nw = n * w
+        for kk in ti.static(range(o)):
+            acc = ti.Vector.zero(T, S)
+            for j in range(w):
+                wl = WL[j * o + kk]
+                for st in ti.static(range(S)):
+                    acc[st] += H[st * nw + r * w + j] * wl
+            for st in ti.static(range(S)):
+                v = acc[st]
+                if ti.static(st == 0):
+                    v += bL[kk]
+                OUT[st * n * o + r * o + kk] = v
+    return out_layer
+
+
+def _grad_in(o):
+    """ti.func: the cotangent of stream st at (row r, unit j) entering a backward kernel: G itself, or, when the
+    last linear layer is fused in (o > 0), GOUT[st, r, :] @ WL[j, :]."""
+    ti = C.ti()
+    top = o > 0
+
+    @ti.func
+    def gin(G: ti.template(), GOUT: ti.template(), WL: ti.template(), st: ti.template(), nw, e, n, r, j):
+        v = G[0] * 0.0
+        if ti.static(top):
+            for kk in ti.static(range(o)):
+                v += GOUT[st * n * o + r * o + kk] * WL[j * o + kk]
+        else:
+            v = G[st * nw + e]
+        return v
+    return gin
+
+
 def _build_fwd(act, dtype, first, o, serial, coords, pairs):
     ti = C.ti()
     A = C.arr(dtype)
@@ -114,6 +154,7 @@ def _build_fwd(act, dtype, first, o, serial, coords, pairs):
     n1, n2 = len(coords), len(pairs)
     S = 1 + n1 + n2
     top = o > 0
+    out_layer = _out_layer(T, S, o)
 
     @ti.kernel
     def k(Z: A, b: A, W: A, H: A, WL: A, bL: A, OUT: A, n: ti.i32, w: ti.i32):
@@ -140,17 +181,7 @@ def _build_fwd(act, dtype, first, o, serial, coords, pairs):
                         H[(1 + n1 + p) * nw + e] = (s[2] * Z[(1 + a) * nw + e] * Z[(1 + c) * nw + e]
                                                     + s[1] * Z[(1 + n1 + p) * nw + e])
             if ti.static(top):
-                for kk in ti.static(range(o)):
-                    acc = ti.Vector.zero(T, S)
-                    for j in range(w):
-                        wl = WL[j * o + kk]
-                        for st in ti.static(range(S)):
-                            acc[st] += H[st * nw + r * w + j] * wl
-                    for st in ti.static(range(S)):
-                        v = acc[st]
-                        if ti.static(st == 0):
-                            v += bL[kk]
-                        OUT[st * n * o + r * o + kk] = v
+                out_layer(H, WL, bL, OUT, r, n, w)
     return k
 
 
@@ -160,7 +191,6 @@ def _build_bwd(act, dtype, first, o, serial, coords, pairs):
     T = backend.ti_dtype(dtype)
     from_t = act == "tanh"
     f = _coeffs_from_tanh(dtype) if from_t else _act(act, dtype)
-    top = o > 0
     n1, n2 = len(coords), len(pairs)
     m = max(n1, 1)
 
@@ -173,15 +203,7 @@ def _build_bwd(act, dtype, first, o, serial, coords, pairs):
             r = Z[(1 + q) * nw + e]
         return r
 
-    @ti.func
-    def gin(G: ti.template(), GOUT: ti.template(), WL: ti.template(), st: ti.template(), nw, e, n, r, j):
-        v = G[0] * 0.0
-        if ti.static(top):
-            for kk in ti.static(range(o)):
-                v += GOUT[st * n * o + r * o + kk] * WL[j * o + kk]
-        else:
-            v = G[st * nw + e]
-        return v
+    gin = _grad_in(o)
 
     @ti.kernel
     def k(Z: A, HV: A, W: A, G: A, GOUT: A, WL: A, n: ti.i32, w: ti.i32):
@@ -422,6 +444,7 @@ def _build_fwd_k(act, dtype, first, o, serial, coords, streams):
     f = _act_k(act, dtype, K)
     terms = _live(streams, first)
     top = o > 0
+    out_layer = _out_layer(T, S, o)
 
     @ti.kernel
     def k(Z: A, b: A, W: A, H: A, WL: A, bL: A, OUT: A, n: ti.i32, w: ti.i32):
@@ -452,17 +475,7 @@ def _build_fwd_k(act, dtype, first, o, serial, coords, streams):
                         acc += p
                     H[st * nw + e] = acc
             if ti.static(top):
-                for kk in ti.static(range(o)):
-                    acc = ti.Vector.zero(T, S)
-                    for j in range(w):
-                        wl = WL[j * o + kk]
-                        for st in ti.static(range(S)):
-                            acc[st] += H[st * nw + r * w + j] * wl
-                    for st in ti.static(range(S)):
-                        v = acc[st]
-                        if ti.static(st == 0):
-                            v += bL[kk]
-                        OUT[st * n * o + r * o + kk] = v
+                out_layer(H, WL, bL, OUT, r, n, w)
     return k
 
 
@@ -475,19 +488,10 @@ def _build_bwd_k(act, dtype, first, o, serial, coords, streams):
     K = max(len(m) for m in streams)
     f = _act_k(act, dtype, K + 1, from_t=from_t)
     terms = _live(streams, first)
-    top = o > 0
     # streams whose z cotangent is needed: all (first layer: the value and first order only)
     out_streams = tuple(st for st in range(S) if not first or len(streams[st]) <= 1)
 
-    @ti.func
-    def gin(G: ti.template(), GOUT: ti.template(), WL: ti.template(), st: ti.template(), nw, e, n, r, j):
-        v = G[0] * 0.0
-        if ti.static(top):
-            for kk in ti.static(range(o)):
-                v += GOUT[st * n * o + r * o + kk] * WL[j * o + kk]
-        else:
-            v = G[st * nw + e]
-        return v
+    gin = _grad_in(o)
 
     @ti.kernel
     def k(Z: A, HV: A, W: A, G: A, GOUT: A, WL: A, n: ti.i32, w: ti.i32):
