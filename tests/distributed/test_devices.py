@@ -133,41 +133,46 @@ MPIRUN = __import__("shutil").which("mpirun")
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not found (OpenMPI); .ci/run installs it")
-def test_two_ranks_under_mpirun_pick_different_devices():
-    # the real launcher's variables: each of 2 local ranks gets its own device of 2 (no sciml import needed)
+def test_two_ranks_under_mpirun_pick_different_devices(tmp_path):
+    # the real launcher's variables: each of 2 local ranks gets its own device of 2 (no sciml import needed);
+    # each rank writes its own file (two ranks printing at once can interleave on mpirun's stdout)
     import os
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    code = ("from sciml.distributed import devices as d; p = d.plan('cuda', n_devices=2); "
-            "print('DEV', p.local_rank, p.local_size, p.env['CUDA_VISIBLE_DEVICES'])")
+    code = ("import os, sys; from sciml.distributed import devices as d; p = d.plan('cuda', n_devices=2); "
+            "open(os.path.join(sys.argv[1], f'rank{p.local_rank}'), 'w')"
+            ".write(f'{p.local_rank} {p.local_size} {p.env[\"CUDA_VISIBLE_DEVICES\"]}')")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    r = subprocess.run([MPIRUN, "-np", "2", sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run([MPIRUN, "-np", "2", sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True,
+                       text=True, timeout=120)
     assert r.returncode == 0, f"mpirun failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
-    lines = sorted(l.split()[1:] for l in r.stdout.splitlines() if l.startswith("DEV"))
-    assert lines == [["0", "2", "0"], ["1", "2", "1"]]
+    assert [(tmp_path / f"rank{k}").read_text().split() for k in range(2)] == [["0", "2", "0"], ["1", "2", "1"]]
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not found (OpenMPI); .ci/run installs it")
-def test_dist_init_binds_each_rank_to_its_own_gpu():
-    # sciml.distributed.init() under mpirun narrows CUDA_VISIBLE_DEVICES to the rank's device (before Taichi)
+def test_dist_init_binds_each_rank_to_its_own_gpu(tmp_path):
+    # sciml.distributed.init() under mpirun narrows CUDA_VISIBLE_DEVICES to the rank's device (before Taichi);
+    # each rank writes its own file (two ranks printing at once can interleave on mpirun's stdout)
     import os
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    code = ("import os, sciml.distributed as dist; r, n = dist.init(); "
-            "print('DEV', r, os.environ.get('CUDA_VISIBLE_DEVICES'))")
+    code = ("import os, sys, sciml.distributed as dist; r, n = dist.init(); "
+            "open(os.path.join(sys.argv[1], f'rank{r}'), 'w').write(os.environ.get('CUDA_VISIBLE_DEVICES', ''))")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", CUDA_VISIBLE_DEVICES="0,1",
                OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([MPIRUN, "-np", "2", sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, f"mpirun failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
-    lines = sorted(l.split()[1:] for l in r.stdout.splitlines() if l.startswith("DEV"))
-    assert lines == [["0", "0"], ["1", "1"]]
+
+    def run(sub):
+        out = tmp_path / sub
+        out.mkdir()
+        r = subprocess.run([MPIRUN, "-np", "2", sys.executable, "-c", code, str(out)], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, f"mpirun failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+        return [(out / f"rank{k}").read_text() for k in range(2)]
+
+    assert run("bound") == ["0", "1"]
     env["SCIML_BIND_DEVICE"] = "0"
-    r = subprocess.run([MPIRUN, "-np", "2", sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert sorted(l.split()[1:] for l in r.stdout.splitlines() if l.startswith("DEV")) == [["0", "0,1"], ["1", "0,1"]]
+    assert run("off") == ["0,1", "0,1"]
