@@ -171,5 +171,8 @@ def test_device_lbfgs_loop_takes_the_host_loops_decisions(opts):
     got = L._run_device(prob, o, None, hist)[0]
     assert (got.reason, got.iterations, got.nfev, got.ngev) == (ref.reason, ref.iterations, ref.nfev, ref.ngev), \
         (got, ref)
-    np.testing.assert_allclose(got.loss, ref.loss, rtol=1e-9, atol=1e-14)
+    # The device path's dot products are Taichi reductions, the host loop's numpy: their summation
+    # orders differ with the host's vector width (AVX-512 vs AVX2), so near the minimum (loss ~5e-9,
+    # from ~25 at x0) the two losses agree to ~1e-14 absolute, not to rtol 1e-9.
+    np.testing.assert_allclose(got.loss, ref.loss, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(np.asarray(got.params.numpy()), np.asarray(ref.params.numpy()), rtol=1e-7, atol=1e-10)
