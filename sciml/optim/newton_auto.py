@@ -71,8 +71,11 @@ def _auto_hessian(prob, x):
     xt = prob.tensor(x)
     e = np.zeros((1, prob.n), dtype=np.dtype(prob.dtype))
     e[0, 0] = 1.0
-    T.batched_jvp(T.grad(f), (xt,), (Tensor._make(backend.from_numpy(e.reshape(-1), prob.dtype), (1, prob.n),
-                                                   prob.dtype),))
+    try:
+        T.batched_jvp(T.grad(f), (xt,), (Tensor._make(backend.from_numpy(e.reshape(-1), prob.dtype), (1, prob.n),
+                                                       prob.dtype),))
+    except Exception:  # noqa: BLE001 (a loss the batched pass cannot take: the products, as before)
+        return "products"
     per_col = max(int(T._last_cost[0]), prob.n)
     return "dense" if prob.n * per_col <= AUTO_DENSE_WORK else "products"
 
