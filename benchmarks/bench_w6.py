@@ -9,9 +9,12 @@ sciml rows:
   generated kernel forward, one per input backward);
 - ``sciml/W6_lbfgs_fused``: the same optimizer on a loss written as ONE fused Taichi kernel
   primitive (value) whose VJP is one more kernel (gradient): isolates the optimizer's own cost;
-- ``sciml/W6_newton_cg_ops``: ``sciml.optim.newton_cg`` (truncated CG on Hessian-vector products
-  through the gradient's graph, SciPy's forcing term), the loss in sciml ops;
-- ``sciml/W6_newton_cg_dense_ops``: the same with ``hessian="dense"`` (H formed once per Newton
+- ``sciml/W6_newton_cg_default``: ``sciml.optim.newton_cg`` with its defaults (``jit="auto"``,
+  ``hessian="auto"``: here the dense H, traced and replayed), the loss in sciml ops;
+- ``sciml/W6_newton_cg_ops``: ``newton_cg(jit=False, hessian="products")`` (truncated CG on
+  Hessian-vector products through the gradient's graph, SciPy's forcing term; the default before
+  ``auto``);
+- ``sciml/W6_newton_cg_dense_ops``: ``jit=False, hessian="dense"`` (H formed once per Newton
   iteration by batched forward over reverse; the CG products are matrix-vector products);
 - ``sciml/W6_newton_cg_ops_jit`` / ``sciml/W6_newton_cg_dense_ops_jit``: the two above with
   ``jit=True`` (loss+gradient and the product / dense Hessian traced once per solve by
@@ -114,6 +117,7 @@ def run_sciml(repeat, only=None):
                            ("sciml/W6_lbfgs_ops", lbfgs, rosen_ops(sm)),
                            ("sciml/W6_lbfgs_sm_fuse", lbfgs, rosen_sm_fuse(sm)),
                            ("sciml/W6_lbfgs_fused", lbfgs, rosen_fused(sm)),
+                           ("sciml/W6_newton_cg_default", newton_cg, rosen_ops(sm)),
                            ("sciml/W6_newton_cg_ops", newton_cg, rosen_ops(sm)),
                            ("sciml/W6_newton_cg_dense_ops", newton_cg, rosen_ops(sm)),
                            ("sciml/W6_newton_cg_ops_jit", newton_cg, rosen_ops(sm)),
@@ -123,9 +127,10 @@ def run_sciml(repeat, only=None):
         kw = dict(gtol=GTOL, ftol=0.0, xtol=0.0, max_iter=100000)
         if fn is lbfgs:
             kw.update(history=10, max_eval=200000)
-        if "dense_ops" in name:
-            kw.update(hessian="dense")
-        if name.endswith("_jit"):  # the loss in plain ops, traced once per solve (tracing included in the time)
+        if fn is newton_cg and not name.endswith("_default"):
+            kw.update(hessian="dense" if "dense_ops" in name else "products",
+                      jit=name.endswith("_jit"))  # the loss in plain ops, traced once per solve (tracing timed)
+        elif name.endswith("_jit"):
             kw.update(jit=True)
         out = {}
 
@@ -143,12 +148,14 @@ def run_sciml(repeat, only=None):
     return res
 
 
-NEWTON_ROWS = (("sciml/W6_newton_cg_ops", {}), ("sciml/W6_newton_cg_dense_ops", {"hessian": "dense"}),
-               ("sciml/W6_newton_cg_ops_jit", {"jit": True}),
+NEWTON_ROWS = (("sciml/W6_newton_cg_default", {}),
+               ("sciml/W6_newton_cg_ops", {"hessian": "products", "jit": False}),
+               ("sciml/W6_newton_cg_dense_ops", {"hessian": "dense", "jit": False}),
+               ("sciml/W6_newton_cg_ops_jit", {"hessian": "products", "jit": True}),
                ("sciml/W6_newton_cg_dense_ops_jit", {"hessian": "dense", "jit": True}))
 
 
-def newton_interleaved(rounds):
+def newton_interleaved(rounds, only=None):
     import time
     from scipy.optimize import minimize, rosen, rosen_der, rosen_hess_prod
     sm = _sm()
@@ -166,6 +173,9 @@ def newton_interleaved(rounds):
         return r.nit, r.nfev, r.nhev
     fns = {"scipy/W6_rosenbrock100_Newton-CG": scipy_run}
     for name, extra in NEWTON_ROWS:
+        if only and not any(o in name for o in only):
+            continue
+
         def run(extra=extra):
             r = newton_cg(f, x0, gtol=GTOL, ftol=0.0, xtol=0.0, max_iter=100000, **extra)
             return r.iterations, r.nfev, r.nhvp
@@ -200,7 +210,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     _arch.use(a.arch)
     if a.interleaved:
-        return newton_interleaved(a.interleaved)
+        return newton_interleaved(a.interleaved, a.only)
     res = run_sciml(a.repeat, a.only)
     if not a.no_peers:
         tp = peers.load_peer("torch")

@@ -200,3 +200,54 @@ def test_reduce_sum_strided_same_bits(dt):
         np.testing.assert_allclose(a, x.reshape(outer, r, inner).astype(np.float64).sum(1).ravel(),
                                    rtol=1e-3 if dt == "float32" else 1e-9, atol=1e3)
     _used("reduce_sum_lanes", dt)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("n", [4100, 9900, 4099])
+def test_sizes_the_lanes_do_not_divide_on_aligned_buffers(dt, n):
+    # 64-byte-aligned operands (sciml's own buffers, every buffer inside sciml.jit): below TAIL_FIT_MAX a size
+    # the wide lanes do not divide takes the widest narrower vectors that do (one launch, no scalar tail);
+    # an odd size keeps the wide kernel plus the tail. The same bits as the scalar kernels either way.
+    from sciml import backend
+    rng = np.random.default_rng(n)
+
+    def aligned(v):
+        b = backend.aligned_empty(v.size, dt)
+        b[:] = v
+        return b
+    x, y = aligned(_data(rng, n, dt)), aligned(_data(rng, n, dt))
+    one = aligned(np.array([rng.standard_normal()], dt))
+    for op in ("add", "mul", "twice_mul", "maximum"):
+        for mode, xa, ya in (("same", x, y), ("xs", one, y), ("ys", x, one)):
+            def run(o):
+                oa = aligned(o)
+                E.binary(op, xa, ya, oa, xa.shape, ya.shape, (n,), dt, dt)
+                o[:] = oa
+            a, b = _both(run, n, dt)
+            _same_bits(a, b)
+    for op in sorted(E.VEC_UNARY):
+        def run(o):
+            oa = aligned(o)
+            E.unary(op, x, oa, n, dt)
+            o[:] = oa
+        a, b = _both(run, n, dt)
+        _same_bits(a, b)
+
+
+def test_fit_lanes_rule():
+    assert E._fit_lanes(8, 9900, "float64") == 4      # 9900 = 4 * 2475: one launch of 32-byte vectors
+    assert E._fit_lanes(16, 9900, "float32") == 4     # 16-byte vectors
+    assert E._fit_lanes(16, 4104, "float32") == 8
+    assert E._fit_lanes(8, 4099, "float64") == 8      # nothing divides an odd size: wide kernel + tail
+    assert E._fit_lanes(16, 9900 * 8, "float32") == 16  # at TAIL_FIT_MAX and above: the widest vectors
+    assert E._fit_lanes(16, 1 << 20, "float32") == 16
+
+
+def test_a_batched_size_is_one_launch_under_jit():
+    import sciml as sm
+    f = sm.jit(lambda a, b: -(a + b))
+    a = sm.tensor(np.arange(9900.0).reshape(100, 99))
+    b = sm.tensor(np.ones((100, 99)))
+    np.testing.assert_array_equal(f(a, b).numpy(), -(a.numpy() + 1.0))
+    plan = next(iter(f.plans.values()))
+    assert plan.n_kernels + plan.n_calls == 2  # add and neg, no tail launches

@@ -132,8 +132,9 @@ def hessian_dense(f, params, *, chunk_size=None, method="batched"):
     if method not in ("batched", "rows"):
         raise ValueError(f"hessian_dense: method={method!r}; expected 'batched' or 'rows'.")
     g, x = _flat_fn(f, params, "hessian_dense")
-    if method == "batched":
-        return T.hessian(g, chunk_size=chunk_size)(x).detach()
+    if method == "batched":  # the gradient itself is dead here: only its tangents (as in hvp; same bits)
+        with B.tangent_only_results(P.reverse_depth() + 1):
+            return T.hessian(g, chunk_size=chunk_size)(x).detach()
     n = x.size
     _, pull = T.vjp(T.grad(g), x)
     eye = np.eye(n)

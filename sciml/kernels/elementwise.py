@@ -625,6 +625,26 @@ VEC_TRANS = frozenset(("tanh", "sigmoid", "exp"))  # float32 only: rational / po
 EXACT_UNARY = frozenset(("exp", "sigmoid"))  # compiled without fast math (see exp_funcs)
 
 
+TAIL_FIT_MAX = 1 << 16  # below this many elements a size that the lanes do not divide takes narrower vectors
+
+
+def _fit_lanes(L, n, dtype):
+    """Lanes for ``n`` elements of a load/store-bound map: ``L`` itself, or below ``TAIL_FIT_MAX`` elements the
+    widest of L/2, L/4, ... (down to 16-byte vectors) that divides ``n``, so that the map is ONE launch instead of
+    the vector kernel plus a scalar launch for the ``n % L`` tail (a batched (100, 99) tangent: 9900 % 8 = 4).
+    Where launches cost more than the arithmetic (small sizes, jit replays) that is one launch fewer per op;
+    narrower vectors need no more alignment than ``L``'s. Same results (elementwise)."""
+    if n % L == 0 or n >= TAIL_FIT_MAX:
+        return L
+    lo = V.LANES[dtype]
+    k = L // 2
+    while k >= lo:
+        if n % k == 0:
+            return k
+        k //= 2
+    return L
+
+
 def _unary_vec_funcs(dtype, lanes=None):
     """Vector-safe forms of the cheap unary maps (no unary minus / ti.abs on vectors: they abort),
     checked bit for bit against the scalar ones incl. +-0, +-inf and NaN; with ``lanes``, also the
@@ -667,6 +687,8 @@ def _unary_lanes(op, x, out, n, dtype, serial):
     L = V.lanes_for((px, po), dtype) if op in VEC_TRANS else V.mem_lanes_for((px, po), dtype)
     if L is None:
         return False
+    if op not in VEC_TRANS:
+        L = _fit_lanes(L, n, dtype)
     serial = serial or C.busy()
     m = n // L
     dyn = not serial and V.DYNAMIC and op in VEC_UNARY
@@ -755,6 +777,7 @@ def _binary_lanes(op, mode, x, y, out, n, dtype, serial):
     L = V.mem_lanes_for(ptrs, dtype)  # all load/store-bound: 64-byte vectors where aligned
     if L is None:
         return False
+    L = _fit_lanes(L, n, dtype)
     serial = serial or C.busy()
     m = n // L
     nf, nv = len(front), len(full)

@@ -205,9 +205,9 @@ def _run(prob, o, callback, hist, make=None):
     if make is None and not backend.on_host():
         return _run_device(prob, o, callback, hist)
     where, n, dt = o["where"], prob.n, prob.dtype
-    V = _Vec(n, dt)
     if hist is None or not hist.compatible(n, dt, o):
         hist = make(n, dt) if make is not None else _History(o["m"], n, dt)
+    V = hist.vec() if hasattr(hist, "vec") else _Vec(n, dt)  # Newton-CG on the host: numpy (optim/newton.py)
     x = prob.x0
     f, g = prob.value_and_grad(x)
     prob.check_start(f)

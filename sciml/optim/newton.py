@@ -26,7 +26,9 @@ import numpy as np
 from .. import backend
 from ..kernels import lbfgs as K
 from .lbfgs import _options, _run
-from .result import CurvatureOptimizer, Flat, IterInfo, Result, check_positive_int, budget_spent
+from .result import CurvatureOptimizer, Flat, check_positive_int
+from .newton_auto import _HostVec, _Quiet, _ValueGradHessian, _auto_hessian, _distributed, _flat_loss, _seq_sum
+from .newton_trust import _trust_region_run
 
 
 # CG on the host (numpy, float64 accumulation) for problems up to this size on CPU: at small n each
@@ -36,11 +38,6 @@ HOST_CG_MAX = 1 << 16
 
 def _host_cg(n):
     return backend.on_host() and n <= HOST_CG_MAX
-
-
-def _seq_sum(v):
-    """Left-to-right float64 sum (the order of a serialized kernel's ``+=``; numpy's ``sum`` is pairwise)."""
-    return float(np.cumsum(v)[-1]) if v.size else 0.0
 
 
 class _NewtonCG:
@@ -53,6 +50,13 @@ class _NewtonCG:
 
     def compatible(self, n, dt, o):
         return self.n == n and self.dt == dt
+
+    def vec(self):
+        """The line-search loop's vector helper: numpy where the CG runs on the host."""
+        if _host_cg(self.n):
+            return _HostVec(self.n, self.dt)
+        from .lbfgs import _Vec
+        return _Vec(self.n, self.dt)
 
     def ready(self):
         return True
@@ -164,7 +168,7 @@ def _hvp_operator(prob, x, hessian, jit_cache=None, host=False):
     formed once (``dense``), or, with ``jit_cache`` (a dict; ``jit=True``), by replays of a traced
     product / dense Hessian function (:func:`sciml.jit`). ``host``: the caller passes and reads numpy
     buffers (CPU), so a dense H may stay a numpy matrix."""
-    if jit_cache is not None:
+    if jit_cache is not None and not jit_cache.get("eager"):
         return _jit_operator(prob, x, hessian, jit_cache, host)
     if hessian == "dense" and host:  # H stays a numpy matrix: each product is a numpy matvec
         from ..autodiff.curvature import hessian_dense
@@ -179,24 +183,12 @@ def _counted_matvec(prob, H):
     ~5 us at n = 100; the GEMM call that ``sm.matmul`` makes for a vector costs ~60 us here). Its rounding
     differs from ``sm.matmul``'s in the last bits: W6 takes 207 iterations instead of 206."""
     n, dt = prob.n, np.dtype(prob.dtype)
-    h = np.asarray(H.numpy(), dtype=np.float64)
+    h = np.asarray(H if isinstance(H, np.ndarray) else H.numpy(), dtype=np.float64)
 
     def op(vbuf):
         prob.nhvp += 1
         return (h @ np.asarray(vbuf[:n], dtype=np.float64)).astype(dt, copy=False)
     return op
-
-
-def _flat_loss(prob):
-    """The loss as a function of ONE flat Tensor (leaves sliced out by ops, so tangents and traces pass)."""
-    from ..autodiff.ops import getitem, reshape
-    shapes, offs = prob.shapes, prob.offsets
-
-    def f(xf):
-        if len(shapes) == 1:
-            return prob._f(reshape(xf, shapes[0]) if shapes[0] != (prob.n,) else xf)
-        return prob._f(*[reshape(getitem(xf, slice(a, b)), s) for a, b, s in zip(offs, offs[1:], shapes)])
-    return f
 
 
 def _jit_functions(prob, jit_cache):
@@ -209,16 +201,25 @@ def _jit_functions(prob, jit_cache):
         from ..autodiff import transforms as T
         from ..autodiff.curvature import hvp
         f = _flat_loss(prob)
-        jit_cache.update(hkey=key, hvp=jit(lambda xf, vf: hvp(f, xf, vf)),
-                         hess=jit(lambda xf: T.hessian(f)(xf)))
+        mk = _Quiet if jit_cache.get("auto") else jit
+        jit_cache.update(hkey=key, hvp=mk(lambda xf, vf: hvp(f, xf, vf)),
+                         hess=mk(lambda xf: T.hessian(f)(xf)))
     return jit_cache["hvp"], jit_cache["hess"]
 
 
 def _jit_operator(prob, x, hessian, jit_cache, host):
     hv, hess = _jit_functions(prob, jit_cache)
     xt = prob.tensor(x)
+    auto = jit_cache.get("auto")
     if hessian == "dense":
-        H = hess(xt)
+        H = prob._jvg.hessian_at(x) if isinstance(prob._jvg, _ValueGradHessian) else None
+        if H is not None and not host:
+            from ..autodiff.tensor import tensor
+            H = tensor(H, prob.dtype)
+        if H is None:
+            H = hess(xt)
+            if auto and not hess.traced():  # not traceable: the eager operators from the next iteration on
+                jit_cache["eager"] = True
         prob.ngev += 1
         if host:
             return _counted_matvec(prob, H)
@@ -232,17 +233,39 @@ def _jit_operator(prob, x, hessian, jit_cache, host):
 
     def op(vbuf):
         prob.nhvp += 1
-        return hv(xt, prob.tensor(vbuf))._buf
+        r = hv(xt, prob.tensor(vbuf))._buf
+        if auto and not jit_cache.get("checked"):
+            jit_cache["checked"] = True
+            jit_cache["eager"] = not hv.traced()
+        return r
     return op
 
 
 def _hessian_mode(where, hessian, n):
-    if hessian not in ("products", "dense"):
-        raise ValueError(f"{where}: hessian={hessian!r}; expected 'products' (Hessian-vector products through "
-                         "the gradient's graph) or 'dense' (H formed once per iteration, small n).")
+    if hessian not in ("auto", "products", "dense"):
+        raise ValueError(f"{where}: hessian={hessian!r}; expected 'auto', 'products' (Hessian-vector products "
+                         "through the gradient's graph) or 'dense' (H formed once per iteration, small n).")
     if hessian == "dense":
         _check_dense(where, n)
     return hessian
+
+
+def _setup(where, loss_fn, params, jit, hessian, shared_cache=None):
+    """(Flat problem, jit cache or None, Hessian mode) for one solve. ``jit="auto"``: the evaluation and the
+    products / dense H through :class:`_Quiet` jits (eager where a trace fails), traced per solve;
+    ``jit=True``: :func:`sciml.jit` (errors raised), the shell's ``shared_cache`` kept across steps.
+    ``hessian="auto"`` is decided here, at the start point (:func:`_auto_hessian`)."""
+    auto = jit == "auto" and not _distributed()
+    jc = {"auto": True} if auto else (shared_cache if shared_cache is not None else {}) if jit is True else None
+    prob = Flat(loss_fn, params, where, jit=jit is True, jit_cache=jc)
+    if auto:
+        prob._jvg = _Quiet(prob._value_and_grad_flat)
+    hm = _hessian_mode(where, hessian, prob.n)
+    if hm == "auto":
+        hm = _auto_hessian(prob, prob.x0)
+    if jc is not None and hm == "dense":
+        _ValueGradHessian(prob, jc)
+    return prob, jc, hm
 
 
 class _DenseNewton(_NewtonCG):
@@ -279,7 +302,7 @@ class _DenseNewton(_NewtonCG):
 
 def newton_cg(loss_fn, params, *, cg_max=None, cg_tol=None, max_iter=200, max_eval=None, gtol=1e-7, ftol=1e-12,
               xtol=1e-12, c1=1e-4, c2=0.9, max_ls=25, callback=None, globalization="line_search", delta0=None,
-              delta_max=1e3, hessian="products", jit=False):
+              delta_max=1e3, hessian="auto", jit="auto"):
     """Minimise ``loss_fn(params)`` by truncated Newton-CG on Hessian-vector products.
 
     Args:
@@ -304,18 +327,19 @@ def newton_cg(loss_fn, params, *, cg_max=None, cg_tol=None, max_iter=200, max_ev
     """
     o = _options("newton_cg", 1, max_iter, max_eval if max_eval is not None else 10 * max_iter,
                  gtol, ftol, xtol, 1.0, c1, c2, max_ls)
-    jc = {} if _check_jit("newton_cg", jit) else None
-    prob = Flat(loss_fn, params, "newton_cg", jit=jc is not None, jit_cache=jc)
+    _hessian_mode("newton_cg", hessian, 0)
+    prob, jc, hm = _setup("newton_cg", loss_fn, params, _check_jit("newton_cg", jit), hessian)
     cgm = _cg_max("newton_cg", cg_max, prob.n)
-    hm = _hessian_mode("newton_cg", hessian, prob.n)
     if _globalization("newton_cg", globalization) == "trust_region":
         return _trust_region_run(prob, o, callback, cgm, cg_tol, delta0, delta_max, hm, jc)
     return _run(prob, o, callback, None, lambda n, dt: _NewtonCG(n, dt, cgm, cg_tol, hm, jc))[0]
 
 
 def _check_jit(where, jit):
+    if isinstance(jit, str) and jit == "auto":
+        return "auto"
     if not isinstance(jit, (bool, np.bool_)):
-        raise TypeError(f"{where}: jit must be True or False; got {jit!r}.")
+        raise TypeError(f"{where}: jit must be 'auto', True or False; got {jit!r}.")
     return bool(jit)
 
 
@@ -357,10 +381,10 @@ class NewtonCG(CurvatureOptimizer):
 
     def __init__(self, params=None, *, cg_max=None, cg_tol=None, max_iter=20, max_eval=None, gtol=1e-7,
                  ftol=1e-12, xtol=1e-12, c1=1e-4, c2=0.9, max_ls=25, callback=None, globalization="line_search",
-                 delta0=None, delta_max=1e3, hessian="products", jit=False):
-        self._jit_cache = {} if _check_jit("NewtonCG", jit) else None
-        if hessian not in ("products", "dense"):
-            _hessian_mode("NewtonCG", hessian, 0)
+                 delta0=None, delta_max=1e3, hessian="auto", jit="auto"):
+        self._jit = _check_jit("NewtonCG", jit)
+        self._jit_cache = {} if self._jit is True else None
+        _hessian_mode("NewtonCG", hessian, 0)
         self._hessian = hessian
         self._opts = _options("NewtonCG", 1, max_iter, max_eval if max_eval is not None else 10 * max_iter,
                               gtol, ftol, xtol, 1.0, c1, c2, max_ls)
@@ -371,10 +395,8 @@ class NewtonCG(CurvatureOptimizer):
         super().__init__(params)
 
     def _minimize(self, loss_fn, values):
-        jc = self._jit_cache
-        prob = Flat(loss_fn, values, "NewtonCG.step", jit=jc is not None, jit_cache=jc)
+        prob, jc, hm = _setup("NewtonCG.step", loss_fn, values, self._jit, self._hessian, self._jit_cache)
         cgm = _cg_max("NewtonCG", self._cg[0], prob.n)
-        hm = _hessian_mode("NewtonCG.step", self._hessian, prob.n)
         if self._tr[0] == "trust_region":
             return _trust_region_run(prob, self._opts, self._callback, cgm, self._cg[1], self._tr[1], self._tr[2],
                                      hm, jc)
@@ -396,116 +418,3 @@ class Newton(CurvatureOptimizer):
         prob = Flat(loss_fn, values, "Newton.step")
         _check_dense("Newton.step", prob.n)
         return _run(prob, self._opts, self._callback, None, lambda n, dt: _DenseNewton(n, dt, loss_fn))[0]
-
-
-# --- trust-region Newton-CG (Steihaug) ------------------------------------------------------
-def _steihaug(prob, hvp, x, g, gnorm, delta, cg_max, eta, n, dt):
-    """Approximately minimise g.p + 0.5 p.Hp subject to ||p|| <= delta (N&W Alg. 7.2).
-    Returns (p, hits_boundary)."""
-    acc = K.acc_dtype(dt)
-    out = backend.zeros(5, acc)
-
-    def dots(a, b, c):
-        K.dots(a, b, c, out, n, dt)
-        return backend.to_numpy(out, (5,), acc).astype(float).tolist()
-
-    def to_boundary(z, d):
-        zd, zz, dd = dots(z, d, z)[0], dots(z, z, z)[0], dots(d, d, d)[0]
-        tau = (-zd + math.sqrt(max(zd * zd - dd * (zz - delta * delta), 0.0))) / dd
-        p = backend.empty(n, dt)
-        K.axpy(z, tau, d, p, n, dt)
-        return p
-
-    z = backend.zeros(n, dt)
-    r = backend.empty(n, dt)
-    K.axpy(g, 0.0, g, r, n, dt)                            # r = g (gradient of the model at z = 0)
-    d = backend.empty(n, dt)
-    K.axpy(g, -2.0, g, d, n, dt)                           # d = -g
-    rr = gnorm * gnorm
-    if rr == 0:
-        return z, False
-    for _ in range(cg_max):
-        Bd = hvp(d)
-        dBd = dots(d, Bd, Bd)[0]
-        if dBd <= 0:
-            return to_boundary(z, d), True
-        alpha = rr / dBd
-        z_new = backend.empty(n, dt)
-        K.axpy(z, alpha, d, z_new, n, dt)
-        if math.sqrt(dots(z_new, z_new, z_new)[0]) >= delta:
-            return to_boundary(z, d), True
-        r_new = backend.empty(n, dt)
-        K.axpy(r, alpha, Bd, r_new, n, dt)
-        rr_new = dots(r_new, r_new, r_new)[0]
-        z, r = z_new, r_new
-        if math.sqrt(rr_new) <= eta:
-            return z, False
-        d_new = backend.empty(n, dt)
-        K.axpy(r, -2.0, r, d_new, n, dt)                   # -r
-        K.axpy(d_new, rr_new / rr, d, d, n, dt)            # d = -r + beta d
-        rr = rr_new
-    return z, False
-
-
-def _trust_region_run(prob, o, callback, cg_max, cg_tol, delta0, delta_max, hessian="products", jit_cache=None):
-    where, n, dt = o["where"], prob.n, prob.dtype
-    acc = K.acc_dtype(dt)
-    out = backend.zeros(5, acc)
-
-    def dots(a, b, c):
-        K.dots(a, b, c, out, n, dt)
-        return backend.to_numpy(out, (5,), acc).astype(float).tolist()
-
-    x = prob.x0
-    f, g = prob.value_and_grad(x)
-    prob.check_start(f)
-    gnorm = math.sqrt(dots(g, g, g)[2])
-    delta = delta0 if delta0 is not None else max(1.0, gnorm) * 0.1
-    it, reason = 0, None
-    if gnorm <= o["gtol"]:
-        reason = "gtol"
-    while reason is None:
-        reason = budget_spent(it, prob, o)
-        if reason is not None:
-            break
-        eta = cg_tol if cg_tol is not None else min(0.5, math.sqrt(gnorm)) * gnorm
-        hvp = _hvp_operator(prob, x, hessian, jit_cache)  # one graph (or one dense H) per iteration
-        p, boundary = _steihaug(prob, hvp, x, g, gnorm, delta, cg_max, eta, n, dt)
-        Hp = hvp(p)
-        gp = dots(p, g, g)[0]
-        pHp = dots(p, Hp, Hp)[0]
-        pred = -(gp + 0.5 * pHp)
-        x_new = backend.empty(n, dt)
-        K.axpy(x, 1.0, p, x_new, n, dt)
-        f_new, g_new = prob.value_and_grad(x_new)
-        f_new = f_new if math.isfinite(f_new) else math.inf
-        rho = (f - f_new) / pred if pred > 0 else -1.0
-        pnorm = math.sqrt(dots(p, p, p)[0])
-        if rho < 0.25:
-            delta = 0.25 * min(delta, pnorm) if pnorm > 0 else 0.25 * delta
-        elif rho > 0.75 and boundary:
-            delta = min(2.0 * delta, delta_max)
-        it += 1
-        if rho > 1e-4 and f_new < f:
-            f_old = f
-            x, f, g = x_new, f_new, g_new
-            st = dots(g, g, g)
-            gnorm = math.sqrt(st[2])
-            if not math.isfinite(gnorm):
-                raise FloatingPointError(f"{where}: the gradient is not finite at iteration {it}.")
-            if callback is not None and callback(IterInfo(it, f, gnorm, pnorm, prob.nfev, lambda x=x: prob.tree(x))):
-                reason = "callback"
-            elif gnorm <= o["gtol"]:
-                reason = "gtol"
-            elif abs(f_old - f) <= o["ftol"] * max(abs(f_old), abs(f), 1e-300):
-                reason = "ftol"
-            elif dots(p, p, p)[3] <= o["xtol"]:
-                reason = "xtol"
-        elif delta < 1e-14 * max(1.0, math.sqrt(dots(x, x, x)[2])):
-            reason = "line_search"
-    msg = {"gtol": "||grad|| <= gtol", "ftol": "relative loss change <= ftol", "xtol": "max |step| <= xtol",
-           "max_iter": "reached max_iter", "max_eval": "reached max_eval", "callback": "the callback asked to stop",
-           "line_search": "the trust region shrank to nothing without a decrease"}[reason]
-    return Result(params=prob.tree(x), loss=f, grad_norm=gnorm, iterations=it, nfev=prob.nfev, ngev=prob.ngev,
-                  nhvp=prob.nhvp, reason=reason,
-                  message=f"{where}: stopped after {it} iterations and {prob.nfev} evaluations: {msg}.")

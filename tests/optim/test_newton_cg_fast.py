@@ -7,6 +7,7 @@ import sciml as sm
 import importlib
 
 N = importlib.import_module("sciml.optim.newton")
+NA = importlib.import_module("sciml.optim.newton_auto")
 from sciml.optim.newton import NewtonCG, newton_cg
 
 sm.init(arch="cpu", dtype="float64")
@@ -34,6 +35,7 @@ KW = dict(gtol=1e-8, ftol=0.0, xtol=0.0, max_iter=500)
 
 def run(monkeypatch, host, **kw):
     monkeypatch.setattr(N, "HOST_CG_MAX", 1 << 16 if host else 0)
+    kw.setdefault("jit", False)
     return newton_cg(rosen, sm.tensor(x0(4)), **KW, **kw)
 
 
@@ -66,7 +68,7 @@ def test_jit_kernel_cg_path_and_trust_region(monkeypatch):
     a = run(monkeypatch, False)
     b = run(monkeypatch, False, jit=True)
     assert (a.iterations, a.nfev, a.nhvp) == (b.iterations, b.nfev, b.nhvp)
-    c = newton_cg(rosen, sm.tensor(x0(4)), gtol=1e-8, globalization="trust_region")
+    c = newton_cg(rosen, sm.tensor(x0(4)), gtol=1e-8, globalization="trust_region", jit=False, hessian="products")
     d = newton_cg(rosen, sm.tensor(x0(4)), gtol=1e-8, globalization="trust_region", jit=True, hessian="dense")
     assert c.success and d.success
     assert abs(c.iterations - d.iterations) <= 1
@@ -80,7 +82,7 @@ def test_jit_pytree_params_and_shell_traces_once():
     def loss(p):
         z = sm.concat([p["a"].reshape((-1,)), p["b"]])
         return ((z - sm.tensor(target)) ** 4).sum() + ((z - sm.tensor(target)) ** 2).sum()
-    r0 = newton_cg(loss, w, gtol=1e-9)
+    r0 = newton_cg(loss, w, gtol=1e-9, jit=False, hessian="products")
     r1 = newton_cg(loss, w, gtol=1e-9, jit=True, hessian="dense")
     assert r1.success
     np.testing.assert_allclose(r1.params["a"].numpy(), r0.params["a"].numpy(), atol=1e-7)
@@ -88,7 +90,7 @@ def test_jit_pytree_params_and_shell_traces_once():
 
     from sciml.models.module import Parameter
     params = {k: Parameter(v) for k, v in w.items()}
-    opt = NewtonCG(list(params.values()), max_iter=2, jit=True)
+    opt = NewtonCG(list(params.values()), max_iter=2, jit=True, hessian="products")
     opt.step(lambda p: loss({"a": p[0], "b": p[1]}))
     opt.step(lambda p: loss({"a": p[0], "b": p[1]}))  # a new lambda: new key, retraced (not reused)
     fn = lambda p: loss({"a": p[0], "b": p[1]})  # noqa: E731
@@ -100,7 +102,73 @@ def test_jit_pytree_params_and_shell_traces_once():
 
 
 def test_jit_argument_checked():
-    with pytest.raises(TypeError, match="jit must be True or False"):
+    with pytest.raises(TypeError, match="jit must be .auto., True or False"):
         newton_cg(rosen, sm.tensor(x0(4)), jit="yes")
-    with pytest.raises(TypeError, match="jit must be True or False"):
+    with pytest.raises(TypeError, match="jit must be .auto., True or False"):
         NewtonCG(jit=1)
+
+
+# --- the defaults: jit="auto", hessian="auto" ---------------------------------------------------
+def test_defaults_are_jitted_dense_with_the_explicit_iterates(monkeypatch):
+    # small n on CPU: the dense H, traced; the same iterates and counts as spelling it out, and the
+    # evaluation and H of an accepted point come from ONE replayed pass (no separate Hessian pass)
+    a = newton_cg(rosen, sm.tensor(x0(6)), **KW)
+    b = newton_cg(rosen, sm.tensor(x0(6)), **KW, jit=True, hessian="dense")
+    c = newton_cg(rosen, sm.tensor(x0(6)), **KW, jit=False, hessian="dense")
+    assert a.success and a.reason == "gtol"
+    for r in (b, c):
+        assert (a.iterations, a.nfev, a.ngev, a.nhvp) == (r.iterations, r.nfev, r.ngev, r.nhvp)
+        np.testing.assert_allclose(a.params.numpy(), r.params.numpy(), rtol=0, atol=1e-12)
+    got = []
+    orig = N._jit_functions
+    monkeypatch.setattr(N, "_jit_functions", lambda *args: got.append(orig(*args)) or got[-1])
+    d = newton_cg(rosen, sm.tensor(x0(6)), **KW)
+    assert (d.iterations, d.nfev, d.nhvp) == (a.iterations, a.nfev, a.nhvp)
+    assert got and all(h.stats["traces"] == 0 and h.stats["eager"] == 0 for _, h in got)  # no separate H pass
+
+
+def test_auto_hessian_rule(monkeypatch):
+    from sciml.optim.result import Flat
+    prob = Flat(rosen, sm.tensor(x0(6)), "t")
+    assert NA._auto_hessian(prob, prob.x0) == "dense"
+    monkeypatch.setattr(NA, "AUTO_DENSE_WORK", 6 * 5)  # less than one pass of this loss produces
+    assert NA._auto_hessian(prob, prob.x0) == "products"
+    monkeypatch.setattr(NA, "AUTO_DENSE_N", 5)
+    monkeypatch.setattr(NA, "AUTO_DENSE_WORK", 1 << 30)
+    assert NA._auto_hessian(prob, prob.x0) == "products"
+    # products chosen: the same iterates as asking for them
+    monkeypatch.setattr(NA, "AUTO_DENSE_N", 0)
+    a = newton_cg(rosen, sm.tensor(x0(4)), **KW)
+    b = newton_cg(rosen, sm.tensor(x0(4)), **KW, jit=False, hessian="products")
+    assert (a.iterations, a.nfev, a.nhvp) == (b.iterations, b.nfev, b.nhvp)
+    np.testing.assert_allclose(a.params.numpy(), b.params.numpy(), rtol=0, atol=1e-9)
+
+
+def test_auto_jit_runs_an_untraceable_loss_eagerly_without_warning(recwarn):
+    seen = []
+
+    def loss(x):  # a host read inside the loss: sciml.jit cannot trace it
+        seen.append(float(x.sum()))
+        return rosen(x)
+    for hessian in ("dense", "products"):
+        seen.clear()
+        a = newton_cg(loss, sm.tensor(x0(4)), **KW, hessian=hessian)
+        b = newton_cg(loss, sm.tensor(x0(4)), **KW, hessian=hessian, jit=False)
+        assert a.success and (a.iterations, a.nfev, a.nhvp) == (b.iterations, b.nfev, b.nhvp)
+        np.testing.assert_allclose(a.params.numpy(), b.params.numpy(), rtol=0, atol=1e-9)
+    assert not [w for w in recwarn.list if "sciml.jit" in str(w.message)]
+    with pytest.raises(Exception, match="host|float"):
+        newton_cg(loss, sm.tensor(x0(4)), **KW, jit=True)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_host_vector_helper_matches_the_kernels(dtype):
+    from sciml import backend
+    from sciml.optim.lbfgs import _Vec
+    rng = np.random.default_rng(0)
+    n = 37
+    a, b, c = (backend.from_numpy(rng.standard_normal(n).astype(dtype), dtype) for _ in range(3))
+    kv, hv = _Vec(n, dtype), NA._HostVec(n, dtype)
+    assert kv.dots(a, b, c) == hv.dots(a, b, c)
+    assert kv.dots(a, b, b) == hv.dots(a, b, b)
+    np.testing.assert_array_equal(np.asarray(kv.axpy(a, 0.37, b))[:n], np.asarray(hv.axpy(a, 0.37, b))[:n])
