@@ -11,6 +11,9 @@ unfolded column matrix is (N, Ho, Wo, C, kh, kw), so conv = unfold @ W^T as one 
 """
 from . import _common as C
 from . import _vec as V
+from . import conv_static as KS
+
+STATIC = True   # host unfold / fold with the window geometry compiled in (conv_static.py); False: runtime geometry
 
 ACTS = ("identity", "relu", "tanh", "sigmoid")
 
@@ -309,6 +312,8 @@ def _build_unfold(dtype, serial):
 def unfold(x, out, meta_buf, n_out, pad_value, dtype):
     """out (N, Ho, Wo, C, kh, kw) = windows of x (N, C, H, W); out-of-image taps read ``pad_value``."""
     if C.backend.on_host():  # one window per iteration (see _build_unfold_rows)
+        if STATIC and KS.unfold(x, out, meta_buf, n_out, pad_value, dtype):   # the geometry compiled in
+            return
         serial = C.launch_mode(n_out, C.CHEAP)
         k = C.cached(("unfold_rows", dtype, serial), lambda: _build_unfold_rows(dtype, serial))
         k(x, out, meta_buf, n_out, pad_value)
@@ -392,6 +397,8 @@ def fold(cols, out, meta_buf, n_in, dtype):
     """out (N, C, H, W) = sum of the window entries of cols (N, Ho, Wo, C, kh, kw) that read each pixel
     (the adjoint of unfold); a gather per pixel, so no atomics."""
     if C.backend.on_host():
+        if STATIC and KS.fold(cols, out, meta_buf, n_in, dtype):   # the geometry compiled in
+            return
         serial = C.launch_mode(n_in, C.CHEAP)
         C.cached(("fold_rows", dtype, serial), lambda: _build_fold_rows(dtype, serial))(cols, out, meta_buf, n_in)
         return

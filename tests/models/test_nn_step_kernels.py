@@ -123,3 +123,29 @@ def test_mse_under_vmap_jit_and_second_order():
                 order=2)
     h = sm.hessian(lambda p: mse(p, t[0], "sum"))(p[0])
     np.testing.assert_allclose(h.numpy().reshape(12, 12), 2 * np.eye(12), atol=1e-14)
+
+
+# --- host unfold / fold with the geometry compiled in (kernels/conv_static.py) ----------------------------
+@pytest.mark.parametrize("geom", [(3, 16, 4, 4, 3, 3, 1, 1, 1, 1), (2, 3, 9, 8, 3, 2, 2, 3, 1, 0),
+                                  (1, 4, 5, 5, 5, 5, 1, 1, 2, 2)])
+def test_static_unfold_fold_equal_runtime_geometry_kernels(geom):
+    from sciml.kernels import conv as KC
+    N, Cc, H, W, kh, kw, sh, sw, ph, pw = geom
+    Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    meta = backend.meta((N, Cc, H, W, kh, kw, sh, sw, ph, pw, Ho, Wo))
+    x = R.normal(size=N * Cc * H * W)
+    x[3] = np.nan
+    n_out = N * Ho * Wo * Cc * kh * kw
+    cols = R.normal(size=n_out)
+    got = []
+    for static in (True, False):
+        KC.STATIC = static
+        try:
+            u, f = np.empty(n_out), np.empty(x.size)
+            KC.unfold(x, u, meta, n_out, -7.0, "float64")
+            KC.fold(cols, f, meta, x.size, "float64")
+            got.append((u, f))
+        finally:
+            KC.STATIC = True
+    np.testing.assert_array_equal(got[0][0], got[1][0])   # the same taps (NaN where x is NaN), pad value -7
+    np.testing.assert_array_equal(got[0][1], got[1][1])   # the same sums in the same order
