@@ -149,3 +149,25 @@ def test_static_unfold_fold_equal_runtime_geometry_kernels(geom):
             KC.STATIC = True
     np.testing.assert_array_equal(got[0][0], got[1][0])   # the same taps (NaN where x is NaN), pad value -7
     np.testing.assert_array_equal(got[0][1], got[1][1])   # the same sums in the same order
+
+
+def test_float32_vector_epilogue_under_jit_replays_fresh_masks_as_eager():
+    import sciml.models as M
+
+    def net():
+        return M.Sequential(M.Linear(8, 64, seed=0), M.SiLU(), M.Dropout(0.2, seed=3), M.Linear(64, 64, seed=1),
+                            M.SiLU(), M.Dropout(0.2, seed=4), M.Linear(64, 1, seed=2))
+    a, b = net(), net()
+    x = sm.tensor(R.normal(size=(32, 8)), "float32")   # 32 x 64 activations: the vector path
+    eager = sm.value_and_grad(lambda p: (a.apply(p, x) ** 2).mean())
+    jitted = sm.jit(sm.value_and_grad(lambda p: (b.apply(p, x) ** 2).mean()), fallback="raise")
+    pa = sm.tree_map(lambda t: t.astype("float32"), a.params())
+    pb = sm.tree_map(lambda t: t.astype("float32"), b.params())
+    vals = []
+    for _ in range(3):
+        (v1, g1), (v2, g2) = eager(pa), jitted(pb)
+        np.testing.assert_allclose(float(v2), float(v1), rtol=1e-6)
+        np.testing.assert_allclose(g2["layers"]["0"]["weight"].numpy(), g1["layers"]["0"]["weight"].numpy(),
+                                   rtol=1e-5, atol=1e-7)
+        vals.append(float(v1))
+    assert len(set(vals)) == 3 and jitted.stats["replays"] == 2
