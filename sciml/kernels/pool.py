@@ -5,8 +5,8 @@ for max and 0 for mean, counted in the mean), one kernel backward. They replace 
 a reduction, strided transposes; and in the adjoint a mask, a broadcast and a fold), 5-10 launches.
 
 The window geometry (kernel, stride, padding) is compiled in (one kernel per geometry: the window loops
-unroll). The max adjoint recomputes each window's max and the count of cells equal to it from x (read once into
-registers; no arg-max buffer) and gives each such cell ``g / count`` (ties split equally, as sciml's ``max``); a NaN window (max NaN,
+unroll). The max adjoint recomputes each window's max and the count of cells equal to it from x (no arg-max
+buffer) and gives each such cell ``g / count`` (ties split equally, as sciml's ``max``); a NaN window (max NaN,
 count 0) gives NaN to every cell of the window, as the composed rule ``g / count * [x == max]`` does. Work
 items: one output row each when the windows of different rows never overlap (stride >= kernel height), else
 one plane each, so the accumulating adjoint is race-free without atomics; when the windows tile the image
@@ -97,7 +97,6 @@ def _build_bwd(mode, dtype, serial, k, s, p, tiles):
                     go = g[(pl * Ho + r) * Wo + c]
                     share = go * inv
                     m = fill
-                    vals = ti.Vector.zero(T, kh * kw if is_max else 1)   # the window, read once (static indices)
                     if ti.static(is_max):
                         cnt = ti.cast(0, T)
                         for i in ti.static(range(kh)):
@@ -109,7 +108,6 @@ def _build_bwd(mode, dtype, serial, k, s, p, tiles):
                                         v = x[(pl * H + hi) * W + wj]
                                 else:
                                     v = x[(pl * H + hi) * W + wj]
-                                vals[i * kw + j] = v
                                 if v > m:
                                     m = v
                                     cnt = ti.cast(1, T)
@@ -126,7 +124,10 @@ def _build_bwd(mode, dtype, serial, k, s, p, tiles):
                                 ix = (pl * H + hi) * W + wj
                                 d = share
                                 if ti.static(is_max):
-                                    d = share * ti.select(vals[i * kw + j] == m, ti.cast(1, T), ti.cast(0, T))
+                                    hit = ti.cast(0, T)
+                                    if x[ix] == m:
+                                        hit = ti.cast(1, T)
+                                    d = share * hit
                                 if ti.static(tiles):
                                     gx[ix] = d
                                 else:
