@@ -11,6 +11,9 @@ unfolded column matrix is (N, Ho, Wo, C, kh, kw), so conv = unfold @ W^T as one 
 """
 from . import _common as C
 from . import _vec as V
+from . import conv_static as KS
+
+STATIC = True   # host unfold / fold with the window geometry compiled in (conv_static.py); False: runtime geometry
 
 ACTS = ("identity", "relu", "tanh", "sigmoid")
 
@@ -309,6 +312,8 @@ def _build_unfold(dtype, serial):
 def unfold(x, out, meta_buf, n_out, pad_value, dtype):
     """out (N, Ho, Wo, C, kh, kw) = windows of x (N, C, H, W); out-of-image taps read ``pad_value``."""
     if C.backend.on_host():  # one window per iteration (see _build_unfold_rows)
+        if STATIC and KS.unfold(x, out, meta_buf, n_out, pad_value, dtype):   # the geometry compiled in
+            return
         serial = C.launch_mode(n_out, C.CHEAP)
         k = C.cached(("unfold_rows", dtype, serial), lambda: _build_unfold_rows(dtype, serial))
         k(x, out, meta_buf, n_out, pad_value)
@@ -392,6 +397,8 @@ def fold(cols, out, meta_buf, n_in, dtype):
     """out (N, C, H, W) = sum of the window entries of cols (N, Ho, Wo, C, kh, kw) that read each pixel
     (the adjoint of unfold); a gather per pixel, so no atomics."""
     if C.backend.on_host():
+        if STATIC and KS.fold(cols, out, meta_buf, n_in, dtype):   # the geometry compiled in
+            return
         serial = C.launch_mode(n_in, C.CHEAP)
         C.cached(("fold_rows", dtype, serial), lambda: _build_fold_rows(dtype, serial))(cols, out, meta_buf, n_in)
         return
@@ -442,26 +449,47 @@ def _build_fold_rows(dtype, serial):
 
 
 # --- squared error, reduced (mean or sum): one kernel forward, one backward ---------------------------------
-SQERR_MAX = 1 << 16   # one serial pass (block sums of 256): larger inputs keep the composed, parallel reduction
+SQERR_BLOCK = 4096    # entries per partial sum of the parallel form
 
 
-def _build_sqerr(dtype):
+def _build_sqerr(dtype, serial):
+    """Serial (small host inputs): one pass, block sums of 256. Parallel: one partial sum per block of
+    SQERR_BLOCK entries (in ``part``), then one serial task adds the partials in order: deterministic (the same
+    bits for any thread count), error growing with n / 256 as the serial form's."""
     ti = C.ti()
     A = C.arr(dtype)
     T = C.backend.ti_dtype(dtype)
+    B = SQERR_BLOCK
 
     @ti.kernel
-    def k(p: A, t: A, out: A, n: ti.i32, scale: T):
-        ti.loop_config(serialize=True)
-        for _ in range(1):
-            total = ti.cast(0, T)
-            for blk in range((n + 255) // 256):   # block sums: error grows with n / 256, not n
-                s = ti.cast(0, T)
-                for i in range(blk * 256, ti.min(n, blk * 256 + 256)):
-                    d = p[i] - t[i]
-                    s += d * d
-                total += s
-            out[0] = total * scale
+    def k(p: A, t: A, out: A, part: A, n: ti.i32, scale: T):
+        if ti.static(serial):
+            ti.loop_config(serialize=True)
+            for _ in range(1):
+                total = ti.cast(0, T)
+                for blk in range((n + 255) // 256):   # block sums: error grows with n / 256, not n
+                    s = ti.cast(0, T)
+                    for i in range(blk * 256, ti.min(n, blk * 256 + 256)):
+                        d = p[i] - t[i]
+                        s += d * d
+                    total += s
+                out[0] = total * scale
+        else:
+            for blk in range((n + B - 1) // B):
+                total = ti.cast(0, T)
+                for sub in range(B // 256):
+                    s = ti.cast(0, T)
+                    for i in range(blk * B + sub * 256, ti.min(n, blk * B + sub * 256 + 256)):
+                        d = p[i] - t[i]
+                        s += d * d
+                    total += s
+                part[blk] = total
+            ti.loop_config(serialize=True)
+            for _ in range(1):
+                total = ti.cast(0, T)
+                for blk in range((n + B - 1) // B):
+                    total += part[blk]
+                out[0] = total * scale
     return k
 
 
@@ -482,8 +510,11 @@ def _build_sqerr_vjp(dtype, serial, with_t):
 
 
 def sqerr(p, t, out, n, scale, dtype):
-    """out[0] = scale * sum_i (p_i - t_i)^2 (n <= SQERR_MAX)."""
-    C.cached(("sqerr", dtype), lambda: _build_sqerr(dtype))(p, t, out, n, scale)
+    """out[0] = scale * sum_i (p_i - t_i)^2: one serial pass on the host below ~64K entries, else parallel
+    partial sums over blocks then their ordered sum (one launch either way; deterministic)."""
+    serial = C.launch_mode(n, C.CHEAP * 4)
+    part = out if serial else C.backend.empty((n + SQERR_BLOCK - 1) // SQERR_BLOCK, dtype)
+    C.cached(("sqerr", dtype, serial), lambda: _build_sqerr(dtype, serial))(p, t, out, part, n, scale)
 
 
 def sqerr_vjp(g, p, t, gp, gt, n, scale, dtype):

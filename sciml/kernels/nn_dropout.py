@@ -2,16 +2,20 @@
 
 The stream's state is a float buffer of 6 integers < 2**16 (exact in float32 and float64): the key's two
 uint32 words as four 16-bit words, then the draw counter (low, high 16 bits). ``mask`` draws
-``m[i] = scale if u_i >= round(p 2^16) else 0`` with ``u_i`` the 16-bit half ``i % 2`` of word ``(i // 2) % 2`` of
-``threefry(key, (counter, i // 4))`` (four mask entries per Threefry call: 2x fewer calls than 24-bit uniforms;
-p is resolved to 2^-16) and ``advance`` adds one to the counter in the buffer. Both kernels read the state from the
-buffer itself, so a jitted function that applies Dropout draws a fresh mask on every replay.
+``m[i] = scale if u_i >= round(p 2^16) else 0`` where, for ``i = 64 q + 16 w + l`` (groups of 64 entries, l < 16),
+``u_i`` is the 16-bit half ``w % 2`` of word ``w // 2`` of ``threefry(key, (counter, 16 q + l))`` (four mask
+entries per Threefry call; p is resolved to 2^-16): 16 consecutive entries come from 16 consecutive calls, so the
+host kernels (``nn_dropout_vec.py``) draw them as u32 vectors, 10x faster than one call at a time. ``advance``
+adds one to the counter in the buffer. Both kernels read the state from the buffer itself, so a jitted function
+that applies Dropout draws a fresh mask on every replay.
 """
 from . import _common as C
 from .. import backend, runtime
+from . import nn_dropout_vec as KV
 from .random import _threefry
 
 STATE_WORDS = 6
+G = KV.G   # Threefry calls per group of 64 entries
 
 
 def state_words(seed: int):
@@ -22,8 +26,9 @@ def state_words(seed: int):
 
 
 def _mask_block(T):
-    """A ti.func writing mask entries 4j..4j+3 (those < n) from one Threefry call on the stream in ``state``:
-    ``scale`` where the 16-bit uniform is >= ``thr``, else 0 (shared by ``mask`` and the dense epilogue)."""
+    """A ti.func writing the mask entries of Threefry call j (entries 64 (j // 16) + 16 w + j % 16, w < 4, those
+    < n) on the stream in ``state``: ``scale`` where the 16-bit uniform is >= ``thr``, else 0 (shared by ``mask``
+    and the dense epilogue)."""
     ti = C.ti()
     tf = _threefry(ti)
     u32 = ti.u32
@@ -41,13 +46,15 @@ def _mask_block(T):
         t = ti.cast(thr, u32)
         lo = u32(0xFFFF)
         zero = ti.cast(0, T)
-        m[4 * j] = ti.select((x0 & lo) >= t, scale, zero)
-        if 4 * j + 1 < n:
-            m[4 * j + 1] = ti.select((x0 >> u32(16)) >= t, scale, zero)
-        if 4 * j + 2 < n:
-            m[4 * j + 2] = ti.select((x1 & lo) >= t, scale, zero)
-        if 4 * j + 3 < n:
-            m[4 * j + 3] = ti.select((x1 >> u32(16)) >= t, scale, zero)
+        e = (j // G) * (4 * G) + j % G
+        if e < n:
+            m[e] = ti.select((x0 & lo) >= t, scale, zero)
+        if e + G < n:
+            m[e + G] = ti.select((x0 >> u32(16)) >= t, scale, zero)
+        if e + 2 * G < n:
+            m[e + 2 * G] = ti.select((x1 & lo) >= t, scale, zero)
+        if e + 3 * G < n:
+            m[e + 3 * G] = ti.select((x1 >> u32(16)) >= t, scale, zero)
     return block
 
 
@@ -60,7 +67,7 @@ def _build_mask(sdtype, dtype, serial):
     @ti.kernel
     def k(state: S, m: A, n: ti.i32, thr: ti.i32, scale: T):
         ti.loop_config(serialize=serial)
-        for j in range((n + 3) // 4):
+        for j in range((n + 4 * G - 1) // (4 * G) * G):
             block(state, m, j, n, thr, scale)
     return k
 
@@ -150,7 +157,7 @@ def _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop, cols4=False, save_d
     def k(h: A, b: A, y: A, m: A, d: A, state: S, n: ti.i32, cols: ti.i32, thr: ti.i32, scale: T):
         if ti.static(drop):   # the mask first (four entries per Threefry call, the stream of ``mask`` above)
             ti.loop_config(serialize=serial)
-            for j in range((n + 3) // 4):
+            for j in range((n + 4 * G - 1) // (4 * G) * G):
                 block(state, m, j, n, thr, scale)
         ti.loop_config(serialize=serial)   # then the epilogue: plain row / column loops
         for r in range(n // cols):
@@ -259,6 +266,9 @@ def epilogue(act, h, b, y, m, state, rows, cols, p, dtype, sdtype, d=None):
     scale = 1.0 / (1.0 - p) if drop else 1.0
     cols4 = cols % 4 == 0
     save_d = d is not None
+    if dtype == "float32" and KV.epilogue(act, h, b, y, m if drop else None, d, state if drop else None, rows, cols,
+                                          thr, scale, serial, sdtype):
+        return
     C.cached(("dense_epi", act, dtype, sdtype, serial, with_b, drop, cols4, save_d),
              lambda: _build_epi_fwd(act, dtype, sdtype, serial, with_b, drop, cols4, save_d))(
         h, b if with_b else h, y, m if drop else h, d if save_d else h, state if drop else _dummy_state(sdtype), n,
@@ -274,6 +284,8 @@ def epilogue_vjp(act, g, h, b, m, gz, gb, rows, cols, dtype, d=None):
     with_b, drop, with_gz = b is not None, m is not None, gz is not None
     serial = C.launch_mode(n, C.CHEAP) or (C.backend.on_host() and (C.busy() or (with_b and cols < 32)))
     pre = d is not None
+    if pre and dtype == "float32" and KV.epilogue_vjp(g, d, gz, gb if with_b else None, rows, cols, serial):
+        return
     if pre:
         m, drop = d, True
     C.cached(("dense_epi_vjp", act, dtype, serial, with_b, drop, with_gz, pre),

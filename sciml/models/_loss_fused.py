@@ -1,12 +1,12 @@
-"""Mean / summed squared error as one primitive: one kernel forward (a serial pass with block sums), one
-backward (``sciml/kernels/conv.py``), in place of subtract, square, reduce, scale and their five adjoint kernels.
+"""Mean / summed squared error as one primitive: one kernel forward (small host inputs: a serial pass with
+block sums; else parallel partial sums then their ordered sum: deterministic), one backward (``sciml/kernels/conv.py``), in place of subtract, square, reduce, scale and their five adjoint kernels.
 Recorded backward passes and forward-mode tangents differentiate :func:`mse_composed`, so every order works.
 """
 from __future__ import annotations
 
 from .. import backend
 from ..autodiff.backward import needs
-from ..autodiff.primitive import Primitive, is_grad_enabled
+from ..autodiff.primitive import CALL_HOOK, Primitive, is_grad_enabled
 from ..autodiff.tensor import Tensor, zeros
 from ..kernels import conv as K
 
@@ -53,9 +53,10 @@ def _jvp(ts, p, t, out, reduction):
 
 
 def fusable(pred, target, reduction):
-    """True when :func:`mse` applies: mean or sum of two float Tensors of one shape and dtype, 1..SQERR_MAX values."""
+    """True when :func:`mse` applies: mean or sum of two float Tensors of one shape and dtype, at least one value,
+    and no vmap (or other call hook) active: there the composed ops batch natively."""
     return (reduction in ("mean", "sum") and pred.dtype in ("float32", "float64") and target.dtype == pred.dtype
-            and pred.shape == target.shape and 0 < pred.size <= K.SQERR_MAX)
+            and pred.shape == target.shape and 0 < pred.size < (1 << 31) and CALL_HOOK[0] is None)
 
 
 def mse(pred, target, reduction="mean"):

@@ -90,7 +90,10 @@ def dropout_mask_ref(seed, counter, n, p):
     s = seed % (1 << 64)
     k0, k1 = s >> 32, s & M32
     thr = round(p * (1 << 16))
-    bits = [h for j in range((n + 3) // 4) for w in threefry_ref(k0, k1, counter, j) for h in (w & 0xFFFF, w >> 16)]
+    bits = []
+    for q in range((n + 63) // 64):   # entry 64 q + 16 w + l: half w % 2 of word w // 2 of call 16 q + l
+        words = [threefry_ref(k0, k1, counter, 16 * q + l) for l in range(16)]
+        bits += [(x[w // 2] >> (16 * (w % 2))) & 0xFFFF for w in range(4) for x in words]
     return np.array([1 / (1 - p) if b >= thr else 0.0 for b in bits[:n]])
 
 

@@ -115,6 +115,9 @@ def main():
     gp, gt = pull(sm.tensor(np.array(1.5, f)))
     check("mse backward pred", gp, 1.5 * 2 * d / d.size)
     check("mse backward target", gt, -1.5 * 2 * d / d.size)
+    p, t = R.normal(size=(5000, 3)).astype(f), R.normal(size=(5000, 3)).astype(f)   # 4 partial sums of 4096
+    d = p.astype(float) - t
+    check("mse forward, partial sums", mse(sm.tensor(p), sm.tensor(t), "sum"), (d * d).sum(), tol=1e-5)
     if fails:
         print("\n".join(fails))
         sys.exit(1)
