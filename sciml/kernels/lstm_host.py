@@ -139,7 +139,7 @@ def _build_bwd(L, rank1):
 
     @ti.kernel
     def k(G: AG, Cv: AC, xs: AX, gP: AP, DH: ADH, dc: Adc, dG: AdG, dGs: AdGs, W: AW, db: Adb, dwih: Adw,
-          T: ti.i32, B: ti.i32, hv: ti.i32, rev: ti.i32, ybs: ti.i32, yts: ti.i32, tail: ti.i32):
+          T: ti.i32, B: ti.i32, hv: ti.i32, rev: ti.i32, ybs: ti.i32, yts: ti.i32, tail: ti.i32, need0: ti.i32):
         ti.loop_config(serialize=True)
         for _ in range(1):  # one serial task: the steps run in order
             one = ti.cast(1, T_)
@@ -158,11 +158,10 @@ def _build_bwd(L, rank1):
                     t = q
                 prev = t + rev
                 new = t + 1 - rev
-                for b in range(B):  # the cell adjoints of step t
-                    xv = ti.cast(0, T_)
-                    if ti.static(rank1):
-                        xv = xs[t * B + b]
-                    for jv in range(hv):
+                for jv in range(hv):  # the cell adjoints of step t (bias / W_ih sums over b in registers)
+                    sb = [ti.Vector([0.0] * L, dt=T_) for _g in ti.static(range(4))]
+                    sw = [ti.Vector([0.0] * L, dt=T_) for _g in ti.static(range(4 if rank1 else 0))]
+                    for b in range(B):
                         g0 = (t * B + b) * g4 + jv
                         p0 = (prev * B + b) * hv + jv
                         n0 = (new * B + b) * hv + jv
@@ -174,27 +173,27 @@ def _build_bwd(L, rank1):
                         tc = tanh(Cv[n0])
                         dh = DH[r0] + gP[b * ybs + t * yts + jv]
                         d = dc[r0] + dh * go * (one - tc * tc)
-                        di = d * gg * gi * (one - gi)
-                        df = d * Cv[p0] * gf * (one - gf)
-                        dg = d * gi * (one - gg * gg)
-                        do = dh * tc * go * (one - go)
+                        dgs = [d * gg * gi * (one - gi), d * Cv[p0] * gf * (one - gf), d * gi * (one - gg * gg),
+                               dh * tc * go * (one - go)]
                         dc[r0] = d * gf
-                        dG[g0] = di
-                        dG[g0 + hv] = df
-                        dG[g0 + 2 * hv] = dg
-                        dG[g0 + 3 * hv] = do
-                        db[jv] += di
-                        db[hv + jv] += df
-                        db[2 * hv + jv] += dg
-                        db[3 * hv + jv] += do
+                        for g in ti.static(range(4)):
+                            dG[g0 + g * hv] = dgs[g]
+                            sb[g] += dgs[g]
                         if ti.static(rank1):
-                            dwih[jv] += xv * di
-                            dwih[hv + jv] += xv * df
-                            dwih[2 * hv + jv] += xv * dg
-                            dwih[3 * hv + jv] += xv * do
-                # dh_prev = dG_t W_hh: tiles of RB rows x NJ vectors (past the edges repeated, written once)
+                            xv = xs[t * B + b]
+                            for g in ti.static(range(4)):
+                                sw[g] += xv * dgs[g]
+                    for g in ti.static(range(4)):
+                        db[g * hv + jv] += sb[g]
+                        if ti.static(rank1):
+                            dwih[g * hv + jv] += sw[g]
+                # dh_prev = dG_t W_hh: tiles of RB rows x NJ vectors (past the edges repeated, written once); after
+                # the last step only if dh0 is wanted
                 H4 = g4 * L
-                for bt in range((B + RB - 1) // RB):
+                nbt = (B + RB - 1) // RB
+                if q == T - 1 and need0 == 0:
+                    nbt = 0
+                for bt in range(nbt):
                     b0 = bt * RB
                     dr = [(t * B + ti.min(b0 + r, B - 1)) * H4 for r in ti.static(range(RB))]
                     for jt in range((hv + NJ - 1) // NJ):
@@ -247,9 +246,9 @@ def forward(G, X, W_ih, bias, W_hh, Hs, Cs, P, T, B, I, H, reverse, ybs, yts, L)
             [G, X, W_ih, bias, WT, Hs, Hs, Cs, P], [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv])
 
 
-def backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, L):
-    """The step loop of the backward: fills dG (T, B, 4H) and returns (dh0, dc0, db, dW_ih or None) (host
-    buffers; dW_ih for I == 1 only)."""
+def backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, need_h0, L):
+    """The step loop of the backward: fills dG (T, B, 4H) and returns (dh0 or None, dc0, db, dW_ih or None)
+    (host buffers; dh0 where ``need_h0``, dW_ih for I == 1 only)."""
     from .rnn_seq import _empty
     NGH, BH = 4 * H, B * H
     rank1 = I == 1
@@ -259,5 +258,6 @@ def backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, L):
     db, dw = _empty(NGH, "float32"), _empty(NGH, "float32")
     hv = H // L
     _launch(("lstm_host", "bwd", L, rank1), lambda: _build_bwd(L, rank1), L, _BWD_VEC,
-            [G, Cs, X, gP, DH, dc, dG, dG, W, db, dw], [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv])
-    return DH[:BH], dc[:BH], db[:NGH], (dw[:NGH] if rank1 else None)
+            [G, Cs, X, gP, DH, dc, dG, dG, W, db, dw],
+            [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv, int(bool(need_h0))])
+    return (DH[:BH] if need_h0 else None), dc[:BH], db[:NGH], (dw[:NGH] if rank1 else None)

@@ -344,7 +344,7 @@ def backward(kind, gP, X, W_ih, W_hh, saved, T, B, I, H, reverse, ybs, yts, dtyp
             gP = g2
         L = LH.lanes([C.address(a) for a in (G, Cs, gP, dG)], H)
     if L is not None:  # the step loop in one kernel (lstm_host.py); the weight GEMMs below
-        dh, dc, db_k, dwih_k = LH.backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, L)
+        dh, dc, db_k, dwih_k = LH.backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, need[4], L)
         return _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh, dc, db_k, dwih_k)
     dh = _empty(BH, dtype)
     R.copy(gP, nY, dh, 0, BH, dtype)

@@ -128,3 +128,20 @@ def test_matches_torch_float32(I, bidir, layers, calls):
     np.testing.assert_allclose(gx.numpy(), xt.grad.numpy(), rtol=2e-4, atol=1e-4)
     for name, p in tl.named_parameters():
         np.testing.assert_allclose(gp[name].numpy(), p.grad.numpy(), rtol=2e-4, atol=2e-4, err_msg=name)
+
+
+def test_under_jit_replays_as_eager(calls):
+    r = np.random.default_rng(9)
+    m = LSTM(1, 32, batch_first=True, dtype="float32", seed=3)
+    x = sm.tensor(r.standard_normal((5, 6, 1)), "float32")
+    loss = lambda p: (m.apply(p, x)[0][:, -1] ** 2).mean()  # noqa: E731
+    jitted = sm.jit(sm.value_and_grad(loss), fallback="raise")
+    eager = sm.value_and_grad(loss)
+    p = m.params()
+    for k in range(3):
+        p = {n: v * (1.0 + 0.1 * k) for n, v in p.items()}
+        (v1, g1), (v2, g2) = eager(p), jitted(p)
+        np.testing.assert_allclose(v2.numpy(), v1.numpy(), rtol=1e-6)
+        for n in g1:
+            np.testing.assert_allclose(g2[n].numpy(), g1[n].numpy(), rtol=1e-5, atol=1e-7, err_msg=n)
+    assert jitted.stats["replays"] >= 1 and calls["fwd"] >= 2
