@@ -17,7 +17,9 @@ Layout (T steps, batch B, hidden H, ``NG`` gate rows per unit: 4 LSTM, 3 GRU, 1 
   strides ``ybs`` (batch) and ``yts`` (time).
 
 float32 on CPU runs vector forms of the cell kernels (the host's 8 or 16 lanes where H and the buffers allow,
-else 4; ``_vec.py``).
+else 4; ``_vec.py``). The LSTM in float32 on CPU runs instead the whole step loop of each direction in one kernel
+(``lstm_host.py``: the recurrent GEMM as vector register tiles fused with the cell), on the same buffers; the
+per-step path here stays for devices, float64, the GRU and the Elman RNN, and where the vectors do not fit.
 """
 from . import _common as C
 from . import lstm_host as LH
