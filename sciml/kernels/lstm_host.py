@@ -1,31 +1,37 @@
-"""The LSTM layer on CPU in float32: one kernel runs the whole sequence of one direction each way.
+"""The LSTM layer on CPU in float32: one kernel runs the whole step loop of one direction, one each way.
 
-The per-step path (``rnn_seq.py``: per step one BLAS GEMM and one cell kernel) pays ~2 launches and ~10-20 us of
-Python and ctypes per step, and OpenBLAS re-packs the 256 KB recurrent weight at every step's small GEMM. Here the
-time loop runs inside one serial Taichi kernel and the recurrent GEMM is a register tile of float32 vectors (the
+The per-step path (``rnn_seq.py``: per step one BLAS GEMM and one cell kernel, ~200 calls each way for 100 steps)
+pays a launch and ~10-20 us of Python and ctypes per call, and OpenBLAS packs the 256 KB recurrent weight again
+for every step's small GEMM (32 x 512 x 128 here: ~100 us on one thread, MKL in PyTorch ~55 us). Here the time
+loop runs inside one serial Taichi kernel and the recurrent GEMM is a register tile of float32 vectors (the
 host's lanes, ``_vec.py``) fused with the cell:
 
-* forward: per step and per tile of 2 batch rows x one vector ``jv`` of hidden units, the four gate sums
-  ``h_prev W_hh^T`` for those units (``W_hh^T`` copied once per call, (H, 4H), so that the four gates' weights
-  of one k are rows), then the input term (for input size 1 the rank-1 ``x_t W_ih^T`` right here, else the
-  slot ``G[t]`` that one GEMM over all steps filled), the biases, the gates, c and h, the output written into
-  its final layout;
-* backward: per step the cell adjoint for every (b, jv) (the cotangent of h_t: the carried ``dh`` plus the
-  output's; the bias and, for input size 1, the input-weight gradients summed as it goes), then
-  ``dh_prev = dG_t W_hh`` as a tile of 2 rows x 4 vectors. The weight GEMMs ``dW_hh = sum_t dG_t^T h_{t-1}``
-  (and ``dx``, ``dW_ih`` for wider inputs) stay one BLAS GEMM each over all steps (``rnn_seq.backward``).
+* forward: per step and per tile of RB batch rows (4 with 16-lane vectors, else 2) x one vector ``jv`` of hidden
+  units, the four gate sums ``h_prev W_hh^T`` of those units (``W_hh^T`` copied once per call, (H, 4H), so that
+  the four gates' weights of one k lie in one row), then the input term (input size 1: the rank-1 ``x_t W_ih^T``
+  right here; else the slot ``G[t]`` that one BLAS GEMM over all steps filled), the biases, the gates, c and h,
+  and the output written into its final layout;
+* backward: per step the cell adjoints (the cotangent of h_t: the carried ``dh`` plus the output's; the bias
+  and, for input size 1, the input-weight gradients summed over the batch in registers), then
+  ``dh_prev = dG_t W_hh`` as tiles of RB rows x 4 vectors (after the last step only when dh0 is wanted). The
+  weight GEMM ``dW_hh = sum_t dG_t^T h_{t-1}`` (and ``dx``, ``dW_ih`` for wider inputs) stays one BLAS GEMM
+  over all steps (``rnn_seq._weight_grads``): summing it step by step here was slower (41 vs 35 ms, the Taichi
+  tiles run without FMA).
 
-Buffers, layouts and the slots a step reads and writes are those of ``rnn_seq.py`` (G, Hs, Cs, P), so the
-backward can read what either forward saved. On devices, in float64, for the GRU and the Elman RNN, and where
-the buffers are not aligned for the vectors, ``rnn_seq.py``'s per-step path runs. Measured (2-vCPU Xeon,
-AVX-512, one thread, T=100, B=32, H=128, loaded machine): forward 19 -> 12 ms, backward 27 -> ? ms.
+Buffers, layouts and the slots a step reads and writes are those of ``rnn_seq.py`` (G, Hs, Cs, P), so either
+backward reads what either forward saved. On devices, in float64, for the GRU and the Elman RNN, and where H or
+the buffers do not fit the vectors, ``rnn_seq.py``'s per-step path runs. Derivatives of higher order go through
+the composed recurrence as before (``models/_rnn_fused.py``).
+
+Measured (2-vCPU Xeon with AVX-512, one thread, T=100, B=32, H=128, I=1, process CPU time at load average 18-22):
+forward 18.5-20 -> 11-12 ms, backward (with the dW_hh GEMM) 27-35 -> 22-23 ms.
 """
 from . import _common as C
 from . import _vec as V
 from . import recurrent as R
 from .. import backend
 
-ENABLED = True  # False: the per-step path everywhere (tests compare the two)
+ENABLED = True  # False: rnn_seq.py's per-step path everywhere (the tests compare the two)
 
 
 def lanes(ptrs, H):
@@ -199,7 +205,8 @@ def _build_bwd(L, rank1):
                     for jt in range((hv + NJ - 1) // NJ):
                         j0 = jt * NJ
                         js = [ti.min(j0 + j, hv - 1) for j in ti.static(range(NJ))]
-                        acc = [[ti.Vector([0.0] * L, dt=T_) for _j in ti.static(range(NJ))] for _r in ti.static(range(RB))]
+                        acc = [[ti.Vector([0.0] * L, dt=T_) for _j in ti.static(range(NJ))]
+                               for _r in ti.static(range(RB))]
                         for kk in range(H4):
                             w = kk * hv
                             ws = [W[w + js[j]] for j in ti.static(range(NJ))]
