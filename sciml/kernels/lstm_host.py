@@ -16,7 +16,8 @@ host's lanes, ``_vec.py``) fused with the cell:
   ``dh_prev = dG_t W_hh`` as tiles of RB rows x 4 vectors (after the last step only when dh0 is wanted). The
   weight GEMM ``dW_hh = sum_t dG_t^T h_{t-1}`` (and ``dx``, ``dW_ih`` for wider inputs) stays one BLAS GEMM
   over all steps (``rnn_seq._weight_grads``): summing it step by step here was slower (41 vs 35 ms, the Taichi
-  tiles run without FMA).
+  tiles run without FMA), and so was one accumulating GEMM per chunk of 16 steps with dG kept in cache (39-41 vs
+  37-39 ms).
 
 Buffers, layouts and the slots a step reads and writes are those of ``rnn_seq.py`` (G, Hs, Cs, P), so either
 backward reads what either forward saved. On devices, in float64, for the GRU and the Elman RNN, and where H or
