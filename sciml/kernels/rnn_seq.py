@@ -17,9 +17,12 @@ Layout (T steps, batch B, hidden H, ``NG`` gate rows per unit: 4 LSTM, 3 GRU, 1 
   strides ``ybs`` (batch) and ``yts`` (time).
 
 float32 on CPU runs vector forms of the cell kernels (the host's 8 or 16 lanes where H and the buffers allow,
-else 4; ``_vec.py``).
+else 4; ``_vec.py``). The LSTM in float32 on CPU runs instead the whole step loop of each direction in one kernel
+(``lstm_host.py``: the recurrent GEMM as vector register tiles fused with the cell), on the same buffers; the
+per-step path here stays for devices, float64, the GRU and the Elman RNN, and where the vectors do not fit.
 """
 from . import _common as C
+from . import lstm_host as LH
 from . import recurrent as R
 from .. import backend, runtime
 
@@ -290,7 +293,6 @@ def forward(kind, X, W_ih, bias, W_hh, h0, c0, T, B, I, H, reverse, ybs, yts, dt
     lstm = kind == "LSTM"
     P = backend.empty(nY + (2 if lstm else 1) * BH, dtype)
     G = backend.empty(T * B * NGH, dtype)
-    LA.matmul(X, W_ih, G, 1, T * B, NGH, I, False, True, dtype)     # all steps' input projections: one GEMM
     Hs = backend.empty((T + 1) * BH, dtype)
     Cs = backend.empty((T + 1) * BH, dtype) if lstm else _zeros(16, dtype)
     S = backend.empty(T * B * NGH, dtype) if kind == "GRU" else _zeros(16, dtype)
@@ -302,6 +304,13 @@ def forward(kind, X, W_ih, bias, W_hh, h0, c0, T, B, I, H, reverse, ybs, yts, dt
         b = _empty(bias.size, dtype)
         R.copy(bias, 0, b, 0, bias.size, dtype)
         bias = b
+    L = LH.lanes([C.address(a) for a in (G, Hs, Cs, P, bias)], H) if lstm and dtype == "float32" and host else None
+    if L is not None:  # the whole sequence in one kernel (lstm_host.py)
+        if I != 1:
+            LA.matmul(X, W_ih, G, 1, T * B, NGH, I, False, True, dtype)
+        LH.forward(G, X, W_ih, bias, W_hh, Hs, Cs, P, T, B, I, H, reverse, ybs, yts, L)
+        return P, {"G": G, "S": S, "Hs": Hs, "Cs": Cs}
+    LA.matmul(X, W_ih, G, 1, T * B, NGH, I, False, True, dtype)     # all steps' input projections: one GEMM
     cells = _Cells(kind, "fwd", (G, bias, S, Hs, Cs, P), dtype, B, H)
     u = cells.unit
     with R._step_threads(B, NGH, H):
@@ -326,8 +335,19 @@ def backward(kind, gP, X, W_ih, W_hh, saved, T, B, I, H, reverse, ybs, yts, dtyp
     nY, BH = T * B * H, B * H
     lstm, gru = kind == "LSTM", kind == "GRU"
     G, S, Hs, Cs = saved["G"], saved["S"], saved["Hs"], saved["Cs"]
+    r = 1 if reverse else 0
     dG = backend.empty(T * B * NGH, dtype)
     dS = backend.empty(T * B * NGH, dtype) if gru else _zeros(16, dtype)
+    L = None
+    if lstm and dtype == "float32" and backend.on_host():
+        if C.address(gP) & 63:  # the cotangent aligned for the vectors
+            g2 = _empty(gP.size, dtype)
+            R.copy(gP, 0, g2, 0, gP.size, dtype)
+            gP = g2
+        L = LH.lanes([C.address(a) for a in (G, Cs, gP, dG)], H)
+    if L is not None:  # the step loop in one kernel (lstm_host.py); the weight GEMMs below
+        dh, dc, db_k, dwih_k = LH.backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, need[4], L)
+        return _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh, dc, db_k, dwih_k)
     dh = _empty(BH, dtype)
     R.copy(gP, nY, dh, 0, BH, dtype)
     dc = _empty(BH, dtype)        # LSTM: the cell state's cotangent; GRU: the direct part of dh_prev
@@ -335,7 +355,6 @@ def backward(kind, gP, X, W_ih, W_hh, saved, T, B, I, H, reverse, ybs, yts, dtyp
         R.copy(gP, nY + BH, dc, 0, BH, dtype)
     cells = _Cells(kind, "bwd", (G, S, Hs, Cs, dh, gP, dc, dG, dS), dtype, B, H)
     u = cells.unit
-    r = 1 if reverse else 0
     with R._step_threads(B, H, NGH):
         for s in range(T - 1, -1, -1):
             t = T - 1 - s if reverse else s
@@ -345,20 +364,36 @@ def backward(kind, gP, X, W_ih, W_hh, saved, T, B, I, H, reverse, ybs, yts, dtyp
             _gemm(dS if gru else dG, t * B * NGH, W_hh, dh, 0, B, H, NGH, True, False, dtype, host)
             if gru:
                 R.copy(dc, 0, dh, 0, BH, dtype, add=True)
+    return _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh[:BH] if host else dh,
+                         (dc[:BH] if host else dc) if lstm else None)
+
+
+def _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh0, dc0, db=None, dW_ih=None):
+    """(dX, dW_ih, db, dW_hh, dh0, dc0) from the gate cotangents of all steps: one GEMM each (db, dW_ih: those
+    the step loop summed where given)."""
+    from . import linalg as LA
+    NGH = NG[kind] * H
+    host = backend.on_host()
+    nY, BH = T * B * H, B * H
+    gru = kind == "GRU"
     dGr = dS if gru else dG
     out = [None] * 6
     if need[0]:
         dX = backend.empty(T * B * I, dtype)
         LA.matmul(dG, W_ih, dX, 1, T * B, I, NGH, False, False, dtype)
         out[0] = dX
-    if need[1]:
+    if need[1] and dW_ih is not None:
+        out[1] = dW_ih
+    elif need[1]:
         dW = backend.empty(NGH * I, dtype)
         if I == 1:  # (1, NGH) = x^T dG is the same memory, and BLAS runs it as one pass over dG's rows
             LA.matmul(X, dG, dW, 1, 1, NGH, T * B, True, False, dtype)
         else:
             LA.matmul(dG, X, dW, 1, NGH, I, T * B, True, False, dtype)
         out[1] = dW
-    if need[2]:  # column sums of dG (GRU: and of dS) as 1^T dG: one GEMM pass (5x faster than the reduction here)
+    if need[2] and db is not None:
+        out[2] = db
+    elif need[2]:  # column sums of dG (GRU: and of dS) as 1^T dG: one GEMM pass (5x faster than the reduction here)
         import numpy as np
         ones = backend.from_numpy(np.ones(T * B), dtype)
         db = backend.empty(2 * NGH if gru else NGH, dtype)
@@ -379,6 +414,5 @@ def backward(kind, gP, X, W_ih, W_hh, saved, T, B, I, H, reverse, ybs, yts, dtyp
                 R.copy(Hs, BH, hp, 0, nY, dtype)
         LA.matmul(dGr, hp, dWh, 1, NGH, H, T * B, True, False, dtype)
         out[3] = dWh
-    out[4] = dh[:BH] if host else dh
-    out[5] = (dc[:BH] if host else dc) if lstm else None
+    out[4], out[5] = dh0, dc0
     return out

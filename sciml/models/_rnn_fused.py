@@ -4,7 +4,8 @@ Forward: one GEMM for all steps' input projections, then per step one GEMM ``h W
 kernel that adds the biases, applies the gates and writes the output straight into its final layout
 (``batch_first`` or not); backward: per step one fused cell-adjoint kernel and one GEMM ``dG W_hh``, then
 one GEMM each for ``dx``, ``dW_ih``, ``dW_hh`` over all steps and a column sum for the biases
-(``sciml/kernels/rnn_seq.py``).
+(``sciml/kernels/rnn_seq.py``). The float32 LSTM on CPU runs each direction's whole step loop in one kernel each
+way instead (``sciml/kernels/lstm_host.py``), with the same saved buffers and the same weight-gradient GEMMs.
 
 Derivatives of every order: when the backward pass is itself recorded (``grad`` of ``grad``,
 forward-over-reverse) or forward-mode tangents ride on the inputs, the rules differentiate the same recurrence

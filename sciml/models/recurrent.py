@@ -6,8 +6,9 @@ Parameters carry PyTorch's names and layouts (``weight_ih_l0`` (gates * hidden, 
 and r, z, n for the GRU) and PyTorch's initialisation U(-1/sqrt(hidden), 1/sqrt(hidden)), so a PyTorch
 ``state_dict`` loads as is (:func:`sciml.serialization.from_torch_state_dict`). Each direction of each
 layer is one fused primitive (``_rnn_fused.rnn_layer``): one GEMM for all steps' input projections, per step
-one GEMM and one cell kernel, and in the backward pass one GEMM per weight over all steps; the cells run the
-same primitive with one step. Derivatives of every order (higher orders through the same recurrence in
+one GEMM and one cell kernel, and in the backward pass one GEMM per weight over all steps (the float32 LSTM on
+CPU: the whole step loop in one kernel each way, ``kernels/lstm_host.py``); the cells run the same primitive
+with one step. Derivatives of every order (higher orders through the same recurrence in
 composed ops).
 
     >>> lstm = sm.models.LSTM(8, 32, num_layers=2, batch_first=True)

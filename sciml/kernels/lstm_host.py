@@ -1,0 +1,271 @@
+"""The LSTM layer on CPU in float32: one kernel runs the whole step loop of one direction, one each way.
+
+The per-step path (``rnn_seq.py``: per step one BLAS GEMM and one cell kernel, ~200 calls each way for 100 steps)
+pays a launch and ~10-20 us of Python and ctypes per call, and OpenBLAS packs the 256 KB recurrent weight again
+for every step's small GEMM (32 x 512 x 128 here: ~100 us on one thread, MKL in PyTorch ~55 us). Here the time
+loop runs inside one serial Taichi kernel and the recurrent GEMM is a register tile of float32 vectors (the
+host's lanes, ``_vec.py``) fused with the cell:
+
+* forward: per step and per tile of RB batch rows (4 with 16-lane vectors, else 2) x one vector ``jv`` of hidden
+  units, the four gate sums ``h_prev W_hh^T`` of those units (``W_hh^T`` copied once per call, (H, 4H), so that
+  the four gates' weights of one k lie in one row), then the input term (input size 1: the rank-1 ``x_t W_ih^T``
+  right here; else the slot ``G[t]`` that one BLAS GEMM over all steps filled), the biases, the gates, c and h,
+  and the output written into its final layout;
+* backward: per step the cell adjoints (the cotangent of h_t: the carried ``dh`` plus the output's; the bias
+  and, for input size 1, the input-weight gradients summed over the batch in registers), then
+  ``dh_prev = dG_t W_hh`` as tiles of RB rows x 4 vectors (after the last step only when dh0 is wanted). The
+  weight GEMM ``dW_hh = sum_t dG_t^T h_{t-1}`` (and ``dx``, ``dW_ih`` for wider inputs) stays one BLAS GEMM
+  over all steps (``rnn_seq._weight_grads``): summing it step by step here was slower (41 vs 35 ms, the Taichi
+  tiles run without FMA), and so was one accumulating GEMM per chunk of 16 steps with dG kept in cache (39-41 vs
+  37-39 ms).
+
+Buffers, layouts and the slots a step reads and writes are those of ``rnn_seq.py`` (G, Hs, Cs, P), so either
+backward reads what either forward saved. On devices, in float64, for the GRU and the Elman RNN, and where H or
+the buffers do not fit the vectors, ``rnn_seq.py``'s per-step path runs. Derivatives of higher order go through
+the composed recurrence as before (``models/_rnn_fused.py``).
+
+Measured (2-vCPU Xeon with AVX-512, one thread, T=100, B=32, H=128, I=1, process CPU time at load average 18-22):
+forward 18.5-20 -> 11-12 ms, backward (with the dW_hh GEMM) 27-35 -> 22-23 ms.
+"""
+from . import _common as C
+from . import _vec as V
+from . import recurrent as R
+from .. import backend
+
+ENABLED = True  # False: rnn_seq.py's per-step path everywhere (the tests compare the two)
+
+
+def lanes(ptrs, H):
+    """The vector lanes of the whole-sequence kernels for these buffer addresses, or None (per-step path)."""
+    if not (ENABLED and R.VECTOR and backend.on_host()):
+        return None
+    L = V.lanes_for(ptrs, "float32")
+    if L is not None and H % L:
+        L = V.LANES["float32"] if H % V.LANES["float32"] == 0 and not any(p & 15 for p in ptrs) else None
+    return L
+
+
+def _arrays(L, lanes_of):
+    ti = C.ti()
+    return [ti.types.ndarray(dtype=ti.types.vector(L, ti.f32) if v else ti.f32, ndim=1) for v in lanes_of]
+
+
+_FWD_VEC = (1, 0, 1, 1, 1, 1, 0, 1, 1)    # G, xs, wih, bias, WT, Hv, Hs (scalar view), Cv, P
+_BWD_VEC = (1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1)  # G, Cv, xs, gP, DH, dc, dG, dG (scalar view), W, db, dwih
+
+
+def _tile(L):
+    """Batch rows per register tile: 4 where the vectors are 64 bytes (AVX-512: 32 registers hold 16
+    accumulators), else 2 (AVX2's 16 registers: 8 accumulators, 4 weight vectors, a broadcast)."""
+    return 4 if L >= 16 else 2
+
+
+def _build_fwd(L, rank1):
+    ti = C.ti()
+    RB = _tile(L)
+    T_ = ti.f32
+    tanh, sig = R._vec_funcs()
+    tp = ti.template()
+    AG, AX, AW, AB, AT, AH, AHs, AC, AP = _arrays(L, _FWD_VEC)
+
+    @ti.func
+    def cell(G: tp, xs: tp, wih: tp, bias: tp, Cv: tp, Hv: tp, P: tp, ai, af, ag, ao, t, b, jv, B, hv, prev, new,
+             ybs, yts, tail, last):
+        g0 = (t * B + b) * 4 * hv + jv
+        if ti.static(rank1):  # input size 1: x_t W_ih^T is a rank-1 term
+            xv = xs[t * B + b]
+            ai += xv * wih[jv]
+            af += xv * wih[hv + jv]
+            ag += xv * wih[2 * hv + jv]
+            ao += xv * wih[3 * hv + jv]
+        else:
+            ai += G[g0]
+            af += G[g0 + hv]
+            ag += G[g0 + 2 * hv]
+            ao += G[g0 + 3 * hv]
+        gi = sig(ai + bias[jv])
+        gf = sig(af + bias[hv + jv])
+        gg = tanh(ag + bias[2 * hv + jv])
+        go = sig(ao + bias[3 * hv + jv])
+        p0 = (prev * B + b) * hv + jv
+        n0 = (new * B + b) * hv + jv
+        c = gf * Cv[p0] + gi * gg
+        G[g0] = gi
+        G[g0 + hv] = gf
+        G[g0 + 2 * hv] = gg
+        G[g0 + 3 * hv] = go
+        Cv[n0] = c
+        h = go * tanh(c)
+        Hv[n0] = h
+        P[b * ybs + t * yts + jv] = h
+        if last:
+            P[tail + b * hv + jv] = h
+            P[tail + B * hv + b * hv + jv] = c
+
+    @ti.kernel
+    def k(G: AG, xs: AX, wih: AW, bias: AB, WT: AT, Hv: AH, Hs: AHs, Cv: AC, P: AP, T: ti.i32, B: ti.i32,
+          hv: ti.i32, rev: ti.i32, ybs: ti.i32, yts: ti.i32, tail: ti.i32):
+        ti.loop_config(serialize=True)
+        for _ in range(1):  # one serial task: the steps run in order
+            H = hv * L
+            g4 = 4 * hv
+            for s in range(T):
+                t = s
+                if rev != 0:
+                    t = T - 1 - s
+                prev = t + rev
+                new = t + 1 - rev
+                last = s == T - 1
+                for bt in range((B + RB - 1) // RB):
+                    b0 = bt * RB
+                    # rows past B (B % RB != 0) repeat the last row: computed, not written
+                    hr = [(prev * B + ti.min(b0 + r, B - 1)) * H for r in ti.static(range(RB))]
+                    for jv in range(hv):
+                        acc = [[ti.Vector([0.0] * L, dt=T_) for _g in ti.static(range(4))]
+                               for _r in ti.static(range(RB))]
+                        for kk in range(H):  # the four gates' sums h_prev W_hh^T of units jv, rows b0..
+                            w = kk * g4 + jv
+                            ws = [WT[w + g * hv] for g in ti.static(range(4))]
+                            for r in ti.static(range(RB)):
+                                x = Hs[hr[r] + kk]
+                                for g in ti.static(range(4)):
+                                    acc[r][g] += x * ws[g]
+                        for r in ti.static(range(RB)):
+                            if b0 + r < B:
+                                cell(G, xs, wih, bias, Cv, Hv, P, acc[r][0], acc[r][1], acc[r][2], acc[r][3], t,
+                                     b0 + r, jv, B, hv, prev, new, ybs, yts, tail, last)
+    return k
+
+
+def _build_bwd(L, rank1):
+    ti = C.ti()
+    RB, NJ = _tile(L), 4
+    T_ = ti.f32
+    tanh, _ = R._vec_funcs()
+    AG, AC, AX, AP, ADH, Adc, AdG, AdGs, AW, Adb, Adw = _arrays(L, _BWD_VEC)
+
+    @ti.kernel
+    def k(G: AG, Cv: AC, xs: AX, gP: AP, DH: ADH, dc: Adc, dG: AdG, dGs: AdGs, W: AW, db: Adb, dwih: Adw,
+          T: ti.i32, B: ti.i32, hv: ti.i32, rev: ti.i32, ybs: ti.i32, yts: ti.i32, tail: ti.i32, need0: ti.i32):
+        ti.loop_config(serialize=True)
+        for _ in range(1):  # one serial task: the steps run in order
+            one = ti.cast(1, T_)
+            z = ti.Vector([0.0] * L, dt=T_)
+            g4 = 4 * hv
+            BH = B * hv
+            for i in range(BH):  # the cotangents of h_T, c_T
+                DH[i] = gP[tail + i]
+                dc[i] = gP[tail + BH + i]
+            for i in range(g4):
+                db[i] = z
+                dwih[i] = z
+            for q in range(T):
+                t = T - 1 - q
+                if rev != 0:
+                    t = q
+                prev = t + rev
+                new = t + 1 - rev
+                for jv in range(hv):  # the cell adjoints of step t (bias / W_ih sums over b in registers)
+                    sb = [ti.Vector([0.0] * L, dt=T_) for _g in ti.static(range(4))]
+                    sw = [ti.Vector([0.0] * L, dt=T_) for _g in ti.static(range(4 if rank1 else 0))]
+                    for b in range(B):
+                        g0 = (t * B + b) * g4 + jv
+                        p0 = (prev * B + b) * hv + jv
+                        n0 = (new * B + b) * hv + jv
+                        r0 = b * hv + jv
+                        gi = G[g0]
+                        gf = G[g0 + hv]
+                        gg = G[g0 + 2 * hv]
+                        go = G[g0 + 3 * hv]
+                        tc = tanh(Cv[n0])
+                        dh = DH[r0] + gP[b * ybs + t * yts + jv]
+                        d = dc[r0] + dh * go * (one - tc * tc)
+                        dgs = [d * gg * gi * (one - gi), d * Cv[p0] * gf * (one - gf), d * gi * (one - gg * gg),
+                               dh * tc * go * (one - go)]
+                        dc[r0] = d * gf
+                        for g in ti.static(range(4)):
+                            dG[g0 + g * hv] = dgs[g]
+                            sb[g] += dgs[g]
+                        if ti.static(rank1):
+                            xv = xs[t * B + b]
+                            for g in ti.static(range(4)):
+                                sw[g] += xv * dgs[g]
+                    for g in ti.static(range(4)):
+                        db[g * hv + jv] += sb[g]
+                        if ti.static(rank1):
+                            dwih[g * hv + jv] += sw[g]
+                # dh_prev = dG_t W_hh: tiles of RB rows x NJ vectors (past the edges repeated, written once); after
+                # the last step only if dh0 is wanted
+                H4 = g4 * L
+                nbt = (B + RB - 1) // RB
+                if q == T - 1 and need0 == 0:
+                    nbt = 0
+                for bt in range(nbt):
+                    b0 = bt * RB
+                    dr = [(t * B + ti.min(b0 + r, B - 1)) * H4 for r in ti.static(range(RB))]
+                    for jt in range((hv + NJ - 1) // NJ):
+                        j0 = jt * NJ
+                        js = [ti.min(j0 + j, hv - 1) for j in ti.static(range(NJ))]
+                        acc = [[ti.Vector([0.0] * L, dt=T_) for _j in ti.static(range(NJ))]
+                               for _r in ti.static(range(RB))]
+                        for kk in range(H4):
+                            w = kk * hv
+                            ws = [W[w + js[j]] for j in ti.static(range(NJ))]
+                            for r in ti.static(range(RB)):
+                                x = dGs[dr[r] + kk]
+                                for j in ti.static(range(NJ)):
+                                    acc[r][j] += x * ws[j]
+                        for r in ti.static(range(RB)):
+                            for j in ti.static(range(NJ)):
+                                if b0 + r < B and j0 + j < hv:
+                                    DH[(b0 + r) * hv + j0 + j] = acc[r][j]
+    return k
+
+
+def _transpose(W, WT, n, m):
+    WT[:n * m].reshape(m, n)[:] = W[:n * m].reshape(n, m).T
+
+
+def _copy(src, dst, n):
+    dst[:n] = src[:n]
+
+
+def _launch(key, build, L, lanes_of, arrays, scalars):
+    vk = V.cached(key, build, [L if v else 1 for v in lanes_of])
+    ptrs = [C.address(a) for a in arrays]
+    counts = [a.size // L if v else a.size for a, v in zip(arrays, lanes_of)]
+    vk(arrays, ptrs, counts, scalars)
+
+
+def forward(G, X, W_ih, bias, W_hh, Hs, Cs, P, T, B, I, H, reverse, ybs, yts, L):
+    """The whole forward of one direction: ``Hs``/``Cs`` hold h0/c0 in their first slot (the last when
+    ``reverse``); ``G`` the input projections unless I == 1 (then X and W_ih are read here)."""
+    from .rnn_seq import _empty
+    NGH = 4 * H
+    WT = _empty(NGH * H, "float32")
+    C.host_call(_transpose, W_hh, WT, NGH, H)
+    rank1 = I == 1
+    if rank1:
+        w = _empty(NGH, "float32")  # W_ih (4H, 1) aligned for the vectors
+        C.host_call(_copy, W_ih, w, NGH)
+        W_ih = w
+    hv = H // L
+    _launch(("lstm_host", "fwd", L, rank1), lambda: _build_fwd(L, rank1), L, _FWD_VEC,
+            [G, X, W_ih, bias, WT, Hs, Hs, Cs, P], [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv])
+
+
+def backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, need_h0, L):
+    """The step loop of the backward: fills dG (T, B, 4H) and returns (dh0 or None, dc0, db, dW_ih or None)
+    (host buffers; dh0 where ``need_h0``, dW_ih for I == 1 only)."""
+    from .rnn_seq import _empty
+    NGH, BH = 4 * H, B * H
+    rank1 = I == 1
+    W = _empty(NGH * H, "float32")
+    C.host_call(_copy, W_hh, W, NGH * H)
+    DH, dc = _empty(BH, "float32"), _empty(BH, "float32")
+    db, dw = _empty(NGH, "float32"), _empty(NGH, "float32")
+    hv = H // L
+    _launch(("lstm_host", "bwd", L, rank1), lambda: _build_bwd(L, rank1), L, _BWD_VEC,
+            [G, Cs, X, gP, DH, dc, dG, dG, W, db, dw],
+            [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv, int(bool(need_h0))])
+    return (DH[:BH] if need_h0 else None), dc[:BH], db[:NGH], (dw[:NGH] if rank1 else None)
