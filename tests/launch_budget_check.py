@@ -6,7 +6,9 @@ Scenarios (small sizes, float32; counts of a step after two warm-up steps):
   w2_step       a W2-like fused PINN step: ``value_and_grad`` of a Burgers residual + boundary loss
                 through ``pinn.fused.mlp_derivatives`` (2-32-32-32-32-1, 300 points) and ``Adam.step``;
                 ``names``: launches per kernel name
+  w2_fused      ``w2_step`` with the loss expression as one ``sm.fuse_region`` (one kernel forward, one backward)
   w2_bench      the same at the W2 benchmark's 10,400 points (long sums: the GEMMs and column sums split)
+  w2_bench_fused  ``w2_bench`` with the fused loss
   solve_adam    ``pinn.solve`` on Burgers (soft conditions, 300 points), Adam: per step, as the
                 difference of a 5-step and a 2-step run (log lines are outside both)
   lbfgs_iter    ``pinn.solve`` with ``LBFGS(history=3)``: the largest per-iteration counts over
@@ -43,7 +45,7 @@ def _burgers(hard=False):
                                                  Initial(lambda x: -np.sin(np.pi * x), hard=hard)])
 
 
-def w2_step(ni=POINTS, nb=60):
+def w2_step(ni=POINTS, nb=60, fused_loss=False):
     from sciml.models import MLP
     from sciml.optim import Adam
     from sciml.pinn import fused
@@ -55,13 +57,16 @@ def w2_step(ni=POINTS, nb=60):
     nu = 0.01 / np.pi
     derivs = [(), (0,), (1,), (0, 0)]
 
-    def loss_fn(*p):
-        layers = [(p[2 * k], p[2 * k + 1]) for k in range(len(p) // 2)]
-        r = fused.mlp_derivatives(layers, sm.tanh, X, derivs)
-        u, ux, ut, uxx = r[()], r[(0,)], r[(1,)], r[(0, 0)]
+    def loss_terms(u, ux, ut, uxx):
         res = ut[:ni] + u[:ni] * ux[:ni] - nu * uxx[:ni]
         e = u[ni:] - target
         return (res * res).mean() + 2.0 * (e * e).mean()
+    terms = sm.fuse_region(loss_terms, strict=True) if fused_loss else loss_terms
+
+    def loss_fn(*p):
+        layers = [(p[2 * k], p[2 * k + 1]) for k in range(len(p) // 2)]
+        r = fused.mlp_derivatives(layers, sm.tanh, X, derivs)
+        return terms(r[()], r[(0,)], r[(1,)], r[(0, 0)])
 
     vg = sm.value_and_grad(loss_fn, argnums=tuple(range(len(ps))))
     opt = Adam(ps, lr=1e-3)
@@ -73,6 +78,16 @@ def w2_step(ni=POINTS, nb=60):
         loss, g = vg(*ps)
         opt.step(list(g))
     return {**c, "names": dict(c.names.most_common())}
+
+
+def w2_fused():
+    """``w2_step`` with the loss expression (slices, residual, means) as ONE ``sm.fuse_region`` kernel
+    forward and one backward (were 39 elementwise / strided-gather launches)."""
+    return w2_step(fused_loss=True)
+
+
+def w2_bench_fused():
+    return w2_step(10000, 400, fused_loss=True)
 
 
 def w2_bench():
@@ -154,7 +169,7 @@ def all_reduce():
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["w2_step", "w2_bench", "solve_adam", "lbfgs_iter", "all_reduce"]
+    which = sys.argv[1:] or ["w2_step", "w2_fused", "w2_bench", "w2_bench_fused", "solve_adam", "lbfgs_iter", "all_reduce"]
     res = {"arch": sm.arch()}
     for name in which:
         res[name] = globals()[name]()
