@@ -48,6 +48,7 @@ class _Region:
                                          backend.on_host(), n_args + len(captured))
         self.kernel = None
         self.bwd = {}  # mask -> _Region of all wanted cotangents (first order) or None
+        self.grads = {}  # input i -> fuse_region of its cotangent (recorded: higher order)
 
     def run(self, ts):
         if self.kernel is None:
@@ -59,7 +60,16 @@ class _Region:
 
 
 def _trace(fn, name, ts):
-    """Run fn on leaves standing for ``ts``; return (nodes, outputs, out_shapes, captured Tensors)."""
+    """Run fn on leaves standing for ``ts``; return (nodes, outputs, out_shapes, captured Tensors).
+    Inside a :func:`sciml.jit` trace this eager run is not recorded (only the region's launch is)."""
+    rec, backend.TRACE[0] = backend.TRACE[0], None
+    try:
+        return _trace_eager(fn, name, ts)
+    finally:
+        backend.TRACE[0] = rec
+
+
+def _trace_eager(fn, name, ts):
     leaves = []
     for t in ts:
         leaf = Tensor._make(t._buf, t.shape, t.dtype)
@@ -153,9 +163,6 @@ def _check(name, args):
                             "one dtype for all.")
 
 
-_regions: dict = {}  # (fn, shapes, dtype, arch) -> _Region | str (why it runs unfused)
-
-
 def fuse_region(fn, strict=False):
     """Fuse a function of Tensors made of slices, elementwise ops and sums into one Taichi kernel.
 
@@ -174,14 +181,15 @@ def fuse_region(fn, strict=False):
         >>> sm.grad(loss, argnums=(0, 1))(u, ut)      # 1 launch forward, 1 for both gradients
     """
     name = getattr(fn, "__name__", "fn")
+    regions = {}  # (shapes, dtype, arch) -> _Region | str (why it runs unfused); dropped with `fused`
 
     @functools.wraps(fn)
     def fused(*args):
         _check(name, args)
         if P.CALL_HOOK[0] is not None or not args:  # inside a vmap: its batching rules apply op by op
             return fn(*args)
-        key = (fn, tuple(a.shape for a in args), args[0].dtype, backend.on_host())
-        reg = _regions.get(key)
+        key = (tuple(a.shape for a in args), args[0].dtype, backend.on_host())
+        reg = regions.get(key)
         if reg is None:
             try:
                 nodes, outputs, shapes, captured, multi = _trace(fn, name, args)
@@ -191,7 +199,7 @@ def fuse_region(fn, strict=False):
                 if strict:
                     raise
                 reg = str(e)
-            _regions[key] = reg
+            regions[key] = reg
         if isinstance(reg, str):
             if strict:
                 raise RegionError(reg)
@@ -204,6 +212,7 @@ def fuse_region(fn, strict=False):
         return _region_prim(*args, region=reg)
     fused.unfused = fn
     fused.fallback = None
+    fused.regions = regions
     return fused
 
 
@@ -228,9 +237,6 @@ def _vjp_fn(fn, mask):
     return vjp
 
 
-_grad_regions: dict = {}  # (fn, i) -> fuse_region of input i's cotangent
-
-
 @_region_prim.def_vjp
 def _region_vjp(g, *ts, out, region):
     mask = tuple(B.needs(i) for i in range(len(ts)))
@@ -253,12 +259,10 @@ def _region_vjp(g, *ts, out, region):
         if not m:
             res.append(None)
             continue
-        k = (region.fn, i)
-        if k not in _grad_regions:
-            sel = tuple(j == i for j in range(len(ts)))
-            f = _vjp_fn(region.fn, sel)
-            _grad_regions[k] = fuse_region(lambda *a, f=f: f(*a)[0])
-        res.append(_grad_regions[k](g, *ts))
+        if i not in region.grads:
+            f = _vjp_fn(region.fn, tuple(j == i for j in range(len(ts))))
+            region.grads[i] = fuse_region(lambda *a, f=f: f(*a)[0])
+        res.append(region.grads[i](g, *ts))
     return tuple(res)
 
 
