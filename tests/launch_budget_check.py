@@ -14,6 +14,7 @@ Scenarios (small sizes, float32; counts of a step after two warm-up steps):
   lbfgs_iter    ``pinn.solve`` with ``LBFGS(history=3)``: the largest per-iteration counts over
                 iterations with one function evaluation, once the history is full; ``own_launch``:
                 the launches outside the loss's value_and_grad (L-BFGS's own)
+  solve_fused_history  ``pinn.solve`` with fused loss terms and without: ``same_bits`` 1 if the histories agree
   all_reduce    ``distributed.all_reduce`` of a Tensor pytree with one process
 """
 import json
@@ -77,7 +78,16 @@ def w2_step(ni=POINTS, nb=60, fused_loss=False):
     with launch_count.counting() as c:
         loss, g = vg(*ps)
         opt.step(list(g))
-    return {**c, "names": dict(c.names.most_common())}
+    out = {**c, "names": dict(c.names.most_common())}
+    if fused_loss:  # the fused loss and gradients against the unfused ops' at the same parameters, bit for bit
+        def unfused(*p):
+            layers = [(p[2 * k], p[2 * k + 1]) for k in range(len(p) // 2)]
+            r = fused.mlp_derivatives(layers, sm.tanh, X, derivs)
+            return loss_terms(r[()], r[(0,)], r[(1,)], r[(0, 0)])
+        (la, ga), (lb, gb) = vg(*ps), sm.value_and_grad(unfused, argnums=tuple(range(len(ps))))(*ps)
+        out["same_bits"] = int(la.numpy() == lb.numpy() and all(np.array_equal(a.numpy(), b.numpy())
+                                                               for a, b in zip(ga, gb)))
+    return out
 
 
 def w2_fused():
@@ -157,6 +167,23 @@ def lbfgs_iter():
     return worst
 
 
+def solve_fused_history():
+    """``pinn.solve`` (Adam then L-BFGS) with the loss terms as fused regions (the device default) and
+    unfused: the histories must be the same bits on the device (its sums add in order either way)."""
+    from sciml.models import MLP
+    from sciml.optim import LBFGS, Adam
+    from sciml.pinn import fused_loss, solve
+    hs = []
+    for mode in (True, False):
+        fused_loss.MODE[0] = mode
+        r = solve(_burgers(), MLP([2, 16, 16, 1], activation=sm.tanh, seed=0), points=POINTS, log_every=3,
+                  stages=[(Adam(lr=1e-3), 6), (LBFGS(history=3), 3)], verbose=False, progress=False)
+        hs.append(r.history)
+    fused_loss.MODE[0] = None
+    keys = [k for k in hs[0] if k not in ("time", "rel_l2", "stage_name")]
+    return {"same_bits": int(all(hs[0][k] == hs[1][k] for k in keys)), "steps": len(hs[0]["step"])}
+
+
 def all_reduce():
     from sciml import distributed as dist
     tree = {"w": sm.tensor(np.ones((4, 3), np.float32)), "b": [sm.tensor(np.zeros(3, np.float32)), 2.0]}
@@ -169,7 +196,8 @@ def all_reduce():
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["w2_step", "w2_fused", "w2_bench", "w2_bench_fused", "solve_adam", "lbfgs_iter", "all_reduce"]
+    which = sys.argv[1:] or ["w2_step", "w2_fused", "w2_bench", "w2_bench_fused", "solve_adam", "lbfgs_iter",
+                             "solve_fused_history", "all_reduce"]
     res = {"arch": sm.arch()}
     for name in which:
         res[name] = globals()[name]()
