@@ -40,16 +40,19 @@ def terms(loss, params):
     derivs = loss.pde_derivs | loss.cond_derivs
     values = loss.derivatives(params["net"], b.X, derivs, b.hard_terms(derivs))
     keys = tuple(sorted(values, key=lambda i: (len(i), i)))
-    state = loss.__dict__.setdefault("_fused_terms", {})
+    state = loss.__dict__.get("_fused_terms")
+    if state is None or state.get("owner") is not loss:   # (a copy of a Loss, stages.with_batch, has its own)
+        state = loss.__dict__["_fused_terms"] = {"owner": loss}
     fns = state.get((b, keys))
     if fns is None:
         state.clear()   # a new batch (resampling) or derivative set: the old regions' captures are stale
+        state["owner"] = loss
         fns = state[(b, keys)] = _term_fns(pb, b, keys, Jet, _Sliced)
     args = [values[k] for k in keys]
     try:
         return [f(*args) for f in fns]
     except _Missing:   # the residual asked for a derivative not computed yet: the unfused path adds it
-        state.clear()
+        state.pop((b, keys), None)
         return None
 
 
