@@ -39,3 +39,4 @@ def __getattr__(name):  # subpackages imported on first use (sciml.physics impor
         import importlib
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'sciml' has no attribute {name!r}")
+from .autodiff.fuse_region import fuse_region, RegionError  # noqa: E402,F401  (one kernel for a loss: slices, ops, sums)

@@ -6,12 +6,15 @@ Scenarios (small sizes, float32; counts of a step after two warm-up steps):
   w2_step       a W2-like fused PINN step: ``value_and_grad`` of a Burgers residual + boundary loss
                 through ``pinn.fused.mlp_derivatives`` (2-32-32-32-32-1, 300 points) and ``Adam.step``;
                 ``names``: launches per kernel name
+  w2_fused      ``w2_step`` with the loss expression as one ``sm.fuse_region`` (one kernel forward, one backward)
   w2_bench      the same at the W2 benchmark's 10,400 points (long sums: the GEMMs and column sums split)
+  w2_bench_fused  ``w2_bench`` with the fused loss
   solve_adam    ``pinn.solve`` on Burgers (soft conditions, 300 points), Adam: per step, as the
                 difference of a 5-step and a 2-step run (log lines are outside both)
   lbfgs_iter    ``pinn.solve`` with ``LBFGS(history=3)``: the largest per-iteration counts over
                 iterations with one function evaluation, once the history is full; ``own_launch``:
                 the launches outside the loss's value_and_grad (L-BFGS's own)
+  solve_fused_history  ``pinn.solve`` with fused loss terms and without: ``same_bits`` 1 if the histories agree
   all_reduce    ``distributed.all_reduce`` of a Tensor pytree with one process
 """
 import json
@@ -43,7 +46,7 @@ def _burgers(hard=False):
                                                  Initial(lambda x: -np.sin(np.pi * x), hard=hard)])
 
 
-def w2_step(ni=POINTS, nb=60):
+def w2_step(ni=POINTS, nb=60, fused_loss=False):
     from sciml.models import MLP
     from sciml.optim import Adam
     from sciml.pinn import fused
@@ -55,13 +58,16 @@ def w2_step(ni=POINTS, nb=60):
     nu = 0.01 / np.pi
     derivs = [(), (0,), (1,), (0, 0)]
 
-    def loss_fn(*p):
-        layers = [(p[2 * k], p[2 * k + 1]) for k in range(len(p) // 2)]
-        r = fused.mlp_derivatives(layers, sm.tanh, X, derivs)
-        u, ux, ut, uxx = r[()], r[(0,)], r[(1,)], r[(0, 0)]
+    def loss_terms(u, ux, ut, uxx):
         res = ut[:ni] + u[:ni] * ux[:ni] - nu * uxx[:ni]
         e = u[ni:] - target
         return (res * res).mean() + 2.0 * (e * e).mean()
+    terms = sm.fuse_region(loss_terms, strict=True) if fused_loss else loss_terms
+
+    def loss_fn(*p):
+        layers = [(p[2 * k], p[2 * k + 1]) for k in range(len(p) // 2)]
+        r = fused.mlp_derivatives(layers, sm.tanh, X, derivs)
+        return terms(r[()], r[(0,)], r[(1,)], r[(0, 0)])
 
     vg = sm.value_and_grad(loss_fn, argnums=tuple(range(len(ps))))
     opt = Adam(ps, lr=1e-3)
@@ -72,7 +78,26 @@ def w2_step(ni=POINTS, nb=60):
     with launch_count.counting() as c:
         loss, g = vg(*ps)
         opt.step(list(g))
-    return {**c, "names": dict(c.names.most_common())}
+    out = {**c, "names": dict(c.names.most_common())}
+    if fused_loss:  # the fused loss and gradients against the unfused ops' at the same parameters, bit for bit
+        def unfused(*p):
+            layers = [(p[2 * k], p[2 * k + 1]) for k in range(len(p) // 2)]
+            r = fused.mlp_derivatives(layers, sm.tanh, X, derivs)
+            return loss_terms(r[()], r[(0,)], r[(1,)], r[(0, 0)])
+        (la, ga), (lb, gb) = vg(*ps), sm.value_and_grad(unfused, argnums=tuple(range(len(ps))))(*ps)
+        out["same_bits"] = int(la.numpy() == lb.numpy() and all(np.array_equal(a.numpy(), b.numpy())
+                                                               for a, b in zip(ga, gb)))
+    return out
+
+
+def w2_fused():
+    """``w2_step`` with the loss expression (slices, residual, means) as ONE ``sm.fuse_region`` kernel
+    forward and one backward (were 39 elementwise / strided-gather launches)."""
+    return w2_step(fused_loss=True)
+
+
+def w2_bench_fused():
+    return w2_step(10000, 400, fused_loss=True)
 
 
 def w2_bench():
@@ -142,6 +167,23 @@ def lbfgs_iter():
     return worst
 
 
+def solve_fused_history():
+    """``pinn.solve`` (Adam then L-BFGS) with the loss terms as fused regions (the device default) and
+    unfused: the histories must be the same bits on the device (its sums add in order either way)."""
+    from sciml.models import MLP
+    from sciml.optim import LBFGS, Adam
+    from sciml.pinn import fused_loss, solve
+    hs = []
+    for mode in (True, False):
+        fused_loss.MODE[0] = mode
+        r = solve(_burgers(), MLP([2, 16, 16, 1], activation=sm.tanh, seed=0), points=POINTS, log_every=3,
+                  stages=[(Adam(lr=1e-3), 6), (LBFGS(history=3), 3)], verbose=False, progress=False)
+        hs.append(r.history)
+    fused_loss.MODE[0] = None
+    keys = [k for k in hs[0] if k not in ("time", "rel_l2", "stage_name")]
+    return {"same_bits": int(all(hs[0][k] == hs[1][k] for k in keys)), "steps": len(hs[0]["step"])}
+
+
 def all_reduce():
     from sciml import distributed as dist
     tree = {"w": sm.tensor(np.ones((4, 3), np.float32)), "b": [sm.tensor(np.zeros(3, np.float32)), 2.0]}
@@ -154,7 +196,8 @@ def all_reduce():
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["w2_step", "w2_bench", "solve_adam", "lbfgs_iter", "all_reduce"]
+    which = sys.argv[1:] or ["w2_step", "w2_fused", "w2_bench", "w2_bench_fused", "solve_adam", "lbfgs_iter",
+                             "solve_fused_history", "all_reduce"]
     res = {"arch": sm.arch()}
     for name in which:
         res[name] = globals()[name]()

@@ -21,6 +21,7 @@ from ..autodiff import ops
 from ..autodiff.tensor import Tensor, tensor
 from .conditions import Condition, Dirichlet, Initial, as_target_tensors
 from .operators import Coordinate, Jet, _Missing, network_derivatives, path_reason
+from . import fused_loss  # noqa: E402  (Loss.terms' fused regions)
 
 BAD_RESIDUAL_SHAPE = ("residual returned shape {shape}; expected ({n},) or ({n}, k): one row per "
                       "interior point (n = {n}). Return the pointwise residual, not a reduction such "
@@ -493,6 +494,10 @@ class Loss:
 
     def terms(self, params, with_residual=False):
         """List of scalar loss terms (unweighted), aligned with ``term_names``."""
+        if not with_residual and fused_loss.enabled():   # one kernel per term (pinn/fused_loss.py)
+            out = fused_loss.terms(self, params)
+            if out is not None:
+                return out
         rs = self.residuals(params)
         out = [ops.mean(r * r) for r in rs]
         return (out, rs[0]) if with_residual else out
