@@ -194,6 +194,65 @@ def _walk(obj, prefix, out_params, out_buffers, out_modules, seen):
                 _walk(v, f"{prefix}.{k}" if prefix else str(k), out_params, out_buffers, out_modules, seen)
 
 
+def _trainable_slots(root):
+    """[(holder, key, Parameter)] for every place under ``root`` (found as :func:`_walk` finds them) that
+    holds a trainable Parameter: ``holder[key]`` is the Parameter, ``holder`` a module's ``__dict__``, a
+    list or a dict. Ends with None if a Parameter sits in a tuple (which cannot be substituted). The
+    per-call path of ``Module.__call__``: no dotted names are built (measured: ~3x cheaper than
+    ``_collect`` + ``_aliases`` + ``_substituted`` on the bench_nn MLP)."""
+    out, seen, in_tuple = [], set(), []
+    leaf_types, P, B, M = _LEAF, Parameter, Buffer, Module
+
+    def visit(holder, key, obj):
+        if isinstance(obj, P):
+            if isinstance(obj, B):
+                return
+            if not obj._owned:
+                obj._own()
+            if obj._trainable:
+                if holder is None:
+                    in_tuple.append(obj)
+                else:
+                    out.append((holder, key, obj))
+        elif isinstance(obj, M):
+            if id(obj) in seen:
+                return
+            seen.add(id(obj))
+            d = obj.__dict__
+            for k, v in d.items():
+                if type(v) not in leaf_types and not k.startswith("_"):
+                    visit(d, k, v)
+        elif isinstance(obj, list):
+            for i, v in enumerate(obj):
+                if type(v) not in leaf_types:
+                    visit(obj, i, v)
+        elif isinstance(obj, tuple):
+            for v in obj:
+                if type(v) not in leaf_types:
+                    visit(None, None, v)
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                if type(v) not in leaf_types:
+                    visit(obj, k, v)
+    visit(None, None, root)
+    if in_tuple:
+        out.append(None)
+    return out
+
+
+def _substitute(slots):
+    """Put each slot's alias (one per Parameter, shared where a Parameter sits in several places) in
+    place; returns [(holder, key, old value)] for restoring in reverse order."""
+    saved, made = [], {}
+    for holder, key, p in slots:
+        a = made.get(id(p))
+        if a is None:
+            a = made[id(p)] = p._alias()
+        saved.append((holder, key, holder[key]))
+        holder[key] = a
+    return saved
+
+
 def _set_nested(tree, dotted, value):
     keys = dotted.split(".")
     for k in keys[:-1]:
@@ -232,10 +291,17 @@ class Module:
 
     def __call__(self, *inputs, **kw):
         if _taping():
-            subs = _aliases(self._collect()[0])
-            if subs:
-                with _substituted(self, subs):
+            slots = _trainable_slots(self)
+            if slots:
+                if slots[-1] is None:  # a Parameter inside a tuple: the by-name path raises its error
+                    with _substituted(self, _aliases(self._collect()[0])):
+                        return self.forward(*inputs, **kw)
+                saved = _substitute(slots)
+                try:
                     return self.forward(*inputs, **kw)
+                finally:
+                    for holder, key, old in reversed(saved):
+                        holder[key] = old
         return self.forward(*inputs, **kw)
 
     # --- discovery ----------------------------------------------------------------------
