@@ -135,7 +135,7 @@ def test_parameter_in_a_tuple_keeps_its_error():
 def test_frozen_parameters_are_not_substituted():
     net = Sequential(Linear(3, 4, seed=0), SiLU(), Linear(4, 1, seed=1))
     net.layers[0].weight.requires_grad_(False)
-    slots = M._trainable_slots(net)
+    slots = M._trainable_slots(net)[0]
     assert {id(p) for _, _, p in slots} == {id(net.layers[0].bias), id(net.layers[2].weight),
                                             id(net.layers[2].bias)}
     loss = net(sm.tensor(np.ones((2, 3)))).sum()
@@ -193,3 +193,37 @@ def test_optimizer_launch_contexts_are_reused_with_each_steps_scalars():
     assert ks and all(len(k.ctxs) <= 1 for k in ks)
     for a, b in zip(fresh, reused):
         np.testing.assert_array_equal(a, b)
+
+
+def test_submodules_called_by_their_parent_do_not_walk_again(monkeypatch):
+    """One walk per top-level call: the submodules' Parameters are already substituted (a module outside the
+    parent's tree still substitutes its own)."""
+    class Outside(Module):
+        def __init__(self):
+            self.lin = Linear(4, 4, seed=2)
+
+        def forward(self, x):
+            return self.lin(x)
+    other = Outside()
+
+    class Net(Module):
+        def __init__(self):
+            self.a, self.b = Linear(3, 4, seed=0), Linear(4, 4, seed=1)
+            self._hidden = other  # private attribute: not part of the walk
+
+        def forward(self, x):
+            return self._hidden(sm.tanh(self.b(sm.tanh(self.a(x))))).sum()
+    net = Net()
+    walks = []
+    orig = M._trainable_slots
+
+    def counted(root):
+        walks.append(type(root).__name__)
+        return orig(root)
+    monkeypatch.setattr(M, "_trainable_slots", counted)
+    loss = net(sm.tensor(np.ones((2, 3))))
+    assert walks == ["Net", "Outside"]
+    loss.backward()
+    for p in (net.a.weight, net.b.bias, other.lin.weight):
+        assert p.grad is not None and np.isfinite(p.grad.numpy()).all()
+    assert isinstance(net.a.weight, sm.models.Parameter) and isinstance(other.lin.weight, sm.models.Parameter)
