@@ -86,7 +86,7 @@ def _sweep(roots, seeds, wrt, create_graph, topo, lazy):
     for r, s, n in zip(roots, seeds or [None] * len(roots), root_nodes):
         if n is None or n not in useful:
             continue
-        g = ones(r.shape, r.dtype) if s is None else s
+        g = _ones_like(r, Tensor, ones) if s is None else s
         cot[n] = cot[n] + g if n in cot else g
     make = Tensor._make
     nd = _needs.d
@@ -119,6 +119,15 @@ def _sweep(roots, seeds, wrt, create_graph, topo, lazy):
                 nd["mask"] = None
             _accumulate(cot, node, grads, mask)
     return [get(n) for n in wrt]
+
+
+def _ones_like(r, Tensor, ones):
+    """The seed cotangent 1 of a root: for the usual scalar loss on the CPU, outside sm.jit, a host buffer
+    holding 1 (no fill kernel launch); else :func:`ones`."""
+    from .. import backend
+    if r.size == 1 and backend.TRACE[0] is None and backend.on_host():
+        return Tensor._make(backend.np.ones(1, backend.NP_DTYPES[r.dtype]), r.shape, r.dtype)
+    return ones(r.shape, r.dtype)
 
 
 def _call_vjp(prim, g, node, mask):
