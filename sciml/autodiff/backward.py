@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import contextlib
 
+from ..runtime import ThreadLocal
 from .primitive import enable_grad, no_grad, reverse_depth, tangent_only
 
-_needs = {"mask": None}
-_tangent_only = {"depth": None}  # reverse depth whose sweep may skip the primal of wrt cotangents (hvp)
+# per thread (see primitive._state); the sweep reads and writes the thread's dict ``.d`` directly
+_needs = ThreadLocal({"mask": None})
+_tangent_only = ThreadLocal({"depth": None})  # reverse depth whose sweep may skip the primal of wrt cotangents (hvp)
 
 
 @contextlib.contextmanager
@@ -24,20 +26,22 @@ def tangent_only_results(depth):
 
 def needs(i: int) -> bool:
     """Inside a VJP rule: whether the cotangent of input ``i`` is wanted (skip work if not)."""
-    m = _needs["mask"]
+    m = _needs.d["mask"]
     return True if m is None else m[i]
 
 
-def _toposort(roots, wrt_set):
+def _toposort(roots, wrt_set, leaves=False):
     """Post-order of the nodes reachable from ``roots`` (inputs before outputs), and the set of
-    nodes that lead to a ``wrt`` node (only they get cotangents). Nodes are keys by identity."""
+    nodes that lead to a ``wrt`` node (only they get cotangents). Nodes are keys by identity.
+    With ``leaves``, every leaf node (``prim`` None) counts as a ``wrt`` node."""
     order, seen, useful = [], set(), set()
     stack = [(n, False) for n in roots if n is not None]
+    pop, push, add = stack.pop, stack.append, order.append
     while stack:
-        node, done = stack.pop()
+        node, done = pop()
         if done:
-            order.append(node)
-            if node in wrt_set:
+            add(node)
+            if node in wrt_set or leaves and node.prim is None:
                 useful.add(node)
             else:
                 for x in node.inputs:
@@ -48,68 +52,91 @@ def _toposort(roots, wrt_set):
         if node in seen:
             continue
         seen.add(node)
-        stack.append((node, True))
+        push((node, True))
         for x in node.inputs:
             n = x._node
             if n is not None and n not in seen:
-                stack.append((n, False))
+                push((n, False))
     return order, useful
 
 
-def backward_to(roots, seeds, wrt, create_graph=False):
+def backward_to(roots, seeds, wrt, create_graph=False, _topo=None):
     """Cotangents of ``wrt`` nodes given ``roots`` (Tensors) and ``seeds`` (cotangents or None = 1).
 
     Returns a list aligned with ``wrt``; an entry is None when ``wrt[i]`` does not influence
     the roots. With ``create_graph`` the sweep is itself recorded, so results can be
     differentiated again; tangents of active forward levels flow through it either way.
+    ``_topo``: ``_toposort``'s result for these roots and ``wrt``, when the caller has it already.
     """
-    lazy = not create_graph and _tangent_only["depth"] == reverse_depth()
+    lazy = not create_graph and _tangent_only.d["depth"] == reverse_depth()
     if lazy:
         try:
-            return _sweep(roots, seeds, wrt, create_graph, True)
+            return _sweep(roots, seeds, wrt, create_graph, _topo, True)
         except (AttributeError, TypeError, ValueError, _Redo):
             pass  # a rule read a skipped primal value: sweep again, computing everything
-    return _sweep(roots, seeds, wrt, create_graph, False)
+    return _sweep(roots, seeds, wrt, create_graph, _topo, False)
 
 
-def _sweep(roots, seeds, wrt, create_graph, lazy):
-    from .tensor import ones
+def _sweep(roots, seeds, wrt, create_graph, topo, lazy):
+    from .tensor import Tensor, ones
     root_nodes = [r._node for r in roots]
     wrt_set = set(wrt)
-    order, useful = _toposort(root_nodes, wrt_set)
+    order, useful = _toposort(root_nodes, wrt_set) if topo is None else topo
     cot = {}
     for r, s, n in zip(roots, seeds or [None] * len(roots), root_nodes):
         if n is None or n not in useful:
             continue
-        g = ones(r.shape, r.dtype) if s is None else s
+        g = _ones_like(r, Tensor, ones) if s is None else s
         cot[n] = cot[n] + g if n in cot else g
+    make = Tensor._make
+    nd = _needs.d
+    get = cot.get
     ctx = enable_grad() if create_graph else no_grad()
     with ctx:
         for node in reversed(order):
-            g = cot.get(node)
-            if g is None or node.prim is None:
-                continue
-            mask = tuple(x._node in useful for x in node.inputs)
-            if not any(mask) or node in wrt_set and not _feeds_other(node, useful):
+            g = get(node)
+            if g is None:
                 continue
             prim = node.prim
+            if prim is None:
+                continue
+            inputs = node.inputs
+            mask = tuple([x._node in useful for x in inputs])
+            if True not in mask:  # no input leads to a wrt node (a wrt node's own inputs may still: go on)
+                continue
             if prim.vjp is None:
                 raise NotImplementedError(f"{prim.name!r} has no VJP rule; it cannot be differentiated.")
             if lazy and g._tangents:
-                final = tuple(m and x._node.prim is None and x._node in wrt_set for x, m in zip(node.inputs, mask))
+                final = tuple(m and x._node.prim is None and x._node in wrt_set for x, m in zip(inputs, mask))
                 if any(final):
                     _sweep_split(cot, node, g, mask, final)
                     continue
-            _accumulate(cot, node, _call_vjp(prim, g, node, mask), mask)
-    return [cot.get(n) for n in wrt]
+            out = make(node.out_buf, node.out_shape, node.out_dtype, node, node.out_tangents)
+            nd["mask"] = mask  # what needs(i) answers inside the rule
+            try:
+                grads = prim.vjp(g, *inputs, out=out, **node.params)
+            finally:
+                nd["mask"] = None
+            _accumulate(cot, node, grads, mask)
+    return [get(n) for n in wrt]
+
+
+def _ones_like(r, Tensor, ones):
+    """The seed cotangent 1 of a root: for the usual scalar loss on the CPU, outside sm.jit, a host buffer
+    holding 1 (no fill kernel launch); else :func:`ones`."""
+    from .. import backend
+    if r.size == 1 and backend.TRACE[0] is None and backend.on_host():
+        return Tensor._make(backend.np.ones(1, backend.NP_DTYPES[r.dtype]), r.shape, r.dtype)
+    return ones(r.shape, r.dtype)
 
 
 def _call_vjp(prim, g, node, mask):
-    _needs["mask"] = mask
+    nd = _needs.d
+    nd["mask"] = mask
     try:
         return prim.vjp(g, *node.inputs, out=node.output(), **node.params)
     finally:
-        _needs["mask"] = None
+        nd["mask"] = None
 
 
 def _sweep_split(cot, node, g, mask, final):
@@ -132,18 +159,13 @@ def _accumulate(cot, node, grads, mask):
         if not m or gi is None:
             continue
         k = x._node
-        if k in cot:
-            if gi._buf is None or cot[k]._buf is None:  # sums of tangent-only cotangents stay tangent-only
-                if not (gi._tangents and cot[k]._tangents):
-                    raise _Redo()
-                with tangent_only():
-                    cot[k] = cot[k] + gi
-            else:
-                cot[k] = cot[k] + gi
-        else:
+        prev = cot.get(k)
+        if prev is None:
             cot[k] = gi
-
-
-def _feeds_other(node, useful):
-    """A wrt node whose inputs also lead to other wrt nodes must still pass cotangents on."""
-    return any(x._node in useful for x in node.inputs)
+        elif gi._buf is None or prev._buf is None:  # sums of tangent-only cotangents stay tangent-only
+            if not (gi._tangents and prev._tangents):
+                raise _Redo()
+            with tangent_only():
+                cot[k] = prev + gi
+        else:
+            cot[k] = prev + gi

@@ -15,7 +15,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 
-_state = {"grad_enabled": True, "reverse_depth": 0, "create_graph": False, "tangent_only": False}
+from ..runtime import ThreadLocal
+
+# per-thread flags (two threads taking grad/hessian at once must not see each other's); hot paths read the
+# thread's dict as ``_state.d`` (one C-level attribute lookup, not a Python ``__getitem__`` call)
+_state = ThreadLocal({"grad_enabled": True, "reverse_depth": 0, "create_graph": False, "tangent_only": False})
 _level_counter = itertools.count(1)
 _batched_levels: dict = {}  # level -> [B, elements produced per batch column] (see batched_jvp)
 # dispatch hook: while set (by sciml.autodiff.vmap while a vmap runs), every primitive call goes to
@@ -112,24 +116,35 @@ class Primitive:
 def apply(prim, inputs, params):
     """Run ``prim`` on Tensors ``inputs``, recording the tape and pushing tangents."""
     Tensor = _T[0] if _T else _tensor_cls()
-    if _state["tangent_only"] and prim.shape_fn is not None and any(x._tangents for x in inputs):
+    st = _state.d
+    # one pass over the inputs: does any take part in reverse mode, does any carry forward tangents
+    on_tape = tangents_in = False
+    for x in inputs:
+        if x._node is not None:
+            on_tape = True
+        if x._tangents:
+            tangents_in = True
+    if tangents_in and st["tangent_only"] and prim.shape_fn is not None:
         return _apply_tangent_only(prim, inputs, params, Tensor)
     buf, shape, dtype = prim.forward(*inputs, **params)
     if prim.order == 0:  # not differentiable (comparisons): a constant for every transform
         return Tensor._make(buf, shape, dtype)
-    record = _state["grad_enabled"] and any(x._node is not None for x in inputs)
-    levels = None
+    if not tangents_in:  # the common case: reverse mode only (or nothing to record)
+        if on_tape and st["grad_enabled"]:
+            return Tensor._make(buf, shape, dtype, Node(prim, inputs, params, buf, shape, dtype, None))
+        return Tensor._make(buf, shape, dtype)
+    record = on_tape and st["grad_enabled"]
+    levels = set()
     for x in inputs:
         if x._tangents:
-            levels = set(x._tangents) if levels is None else levels | set(x._tangents)
-    tangents = {} if levels else None
+            levels |= x._tangents.keys()
+    tangents = {}
     node = Node(prim, inputs, params, buf, shape, dtype, tangents) if record else None
-    if levels:
-        _push(prim, inputs, params, buf, shape, dtype, node, levels, tangents, Tensor)
-        if not tangents:
-            tangents = None
-            if node is not None:
-                node.out_tangents = None
+    _push(prim, inputs, params, buf, shape, dtype, node, levels, tangents, Tensor)
+    if not tangents:
+        tangents = None
+        if node is not None:
+            node.out_tangents = None
     return Tensor._make(buf, shape, dtype, node, tangents)
 
 
@@ -228,26 +243,28 @@ def _jvp_by_double_vjp(prim, inputs, ts, params, out):
 @contextlib.contextmanager
 def no_grad():
     """Within this block, operations are not recorded for reverse mode (forward tangents still flow)."""
-    prev = _state["grad_enabled"]
-    _state["grad_enabled"] = False
+    st = _state.d
+    prev = st["grad_enabled"]
+    st["grad_enabled"] = False
     try:
         yield
     finally:
-        _state["grad_enabled"] = prev
+        st["grad_enabled"] = prev
 
 
 @contextlib.contextmanager
 def enable_grad():
-    prev = _state["grad_enabled"]
-    _state["grad_enabled"] = True
+    st = _state.d
+    prev = st["grad_enabled"]
+    st["grad_enabled"] = True
     try:
         yield
     finally:
-        _state["grad_enabled"] = prev
+        st["grad_enabled"] = prev
 
 
 def is_grad_enabled() -> bool:
-    return _state["grad_enabled"]
+    return _state.d["grad_enabled"]
 
 
 def new_level() -> int:
@@ -265,4 +282,4 @@ def reverse_scope():
 
 
 def reverse_depth() -> int:
-    return _state["reverse_depth"]
+    return _state.d["reverse_depth"]

@@ -137,16 +137,19 @@ class Tensor:
                              "reduce it first (.sum(), .mean()) for a scalar loss.")
         if self._node is None:
             raise RuntimeError("backward(): this Tensor does not depend on any tensor with requires_grad=True.")
-        leaves = [n for n in _toposort([self._node], set())[0] if n.prim is None]
+        topo = _toposort([self._node], (), leaves=True)  # one walk: the leaves and the sweep's order
+        leaves = [n for n in topo[0] if n.prim is None]
         seed = None if gradient is None else as_tensor(gradient, self.dtype)
-        grads = backward_to([self], [seed], leaves, create_graph=create_graph)
+        grads = backward_to([self], [seed], leaves, create_graph=create_graph, _topo=topo)
+        owners = _LEAF_OWNERS
         for n, g in zip(leaves, grads):
             if g is None:
                 continue
-            owner = _LEAF_OWNERS.get(id(n))
+            owner = owners.get(id(n))
             if owner is None:
                 continue
-            owner.grad = g if owner.grad is None else owner.grad + g
+            prev = owner.grad
+            owner.grad = g if prev is None else prev + g
 
     def astype(self, dtype) -> "Tensor":
         return ops.astype(self, dtype)

@@ -119,12 +119,15 @@ class VecLaunch:
     array ``i`` is passed as ``counts[i]`` elements of its ndarray type (vectors of ``lanes``, or
     scalars where ``lanes`` is 1: ``lanes`` is one int or one per array) starting at ``ptrs[i]``;
     ``scalars`` (the remaining kernel arguments) follow."""
-    __slots__ = ("kernel", "fast", "lanes", "spec", "exact", "ctxs", "dynamic")
+    __slots__ = ("kernel", "fast", "lanes", "spec", "exact", "ctxs", "dynamic", "rebind")
 
-    def __init__(self, kernel, lanes, exact=False, dynamic=False):
+    def __init__(self, kernel, lanes, exact=False, dynamic=False, rebind=False):
         self.kernel, self.fast, self.lanes, self.spec, self.exact = kernel, None, lanes, None, exact
         self.ctxs = {}  # launch contexts by argument values (see _make_fast)
         self.dynamic = dynamic  # compiled without Taichi's one-block-per-thread split (see DYNAMIC)
+        # scalars that change on every call (an optimizer's step-dependent bias corrections): contexts are kept
+        # by array arguments only and the scalars set on each launch (see _make_fast)
+        self.rebind = rebind
 
     def _lanes(self, n):
         return [self.lanes] * n if isinstance(self.lanes, int) else list(self.lanes)
@@ -187,6 +190,24 @@ class VecLaunch:
         ctxs = self.ctxs
         get = ctxs.get
         fpos = [j for j, t in enumerate(is_int) if not t]
+        if self.rebind:
+            def fast(ptrs, counts, scalars):
+                key = (*ptrs, *counts)
+                c = get(key)
+                if c is None:
+                    c = context(ptrs, counts, scalars)
+                    if len(ctxs) >= CTX_CACHE:
+                        ctxs.clear()
+                    ctxs[key] = c
+                else:  # the scalars of this call (every one: +-0.0 and NaN included, bit for bit)
+                    for (ix, integer), s in zip(sidx, scalars):
+                        if integer:
+                            c.set_arg_int(ix, int(s))
+                        else:
+                            c.set_arg_float(ix, float(s))
+                launch(ckd, c)
+            self.spec = (context, launch, ckd, aidx, unit)
+            return fast
 
         def fast(ptrs, counts, scalars):
             key = (*ptrs, *counts, *scalars)
@@ -220,11 +241,12 @@ DYNAMIC = False
 DYN_CHUNK = 1 << 16  # bytes of each array per task (16384 float32): ~60 tasks at 1e6 float32
 
 
-def cached(key, build, lanes, exact=False, dynamic=False):
+def cached(key, build, lanes, exact=False, dynamic=False, rebind=False):
     """The VecLaunch for ``key`` (built with ``build()`` on first use), in the shared kernel cache;
     ``exact``: compiled without fast math (IEEE semantics, no reassociation); ``dynamic``: without the
-    one-block-per-thread split (:data:`DYNAMIC`)."""
+    one-block-per-thread split (:data:`DYNAMIC`); ``rebind``: scalar arguments that differ on every call
+    (launch contexts kept by array arguments, scalars set per launch)."""
     k = C._cache.get(key)
     if k is None:
-        k = C._cache[key] = VecLaunch(build(), lanes, exact, dynamic)
+        k = C._cache[key] = VecLaunch(build(), lanes, exact, dynamic, rebind)
     return k

@@ -221,7 +221,7 @@ def _run(kind, arrays, n, dtype, scalars, plain=False, flags=()):
             h = n - n % L
             serial = h < VEC_SERIAL_BELOW or C.busy()
             k = V.cached(("optim_vec", kind, dtype, serial, plain, flags, L),
-                         lambda: _build(kind, dtype, serial, plain, flags, lanes=L), L)
+                         lambda: _build(kind, dtype, serial, plain, flags, lanes=L), L, rebind=True)
             m = h // L
             k(arrays, ptrs, [m] * len(arrays), (m,) + tuple(scalars))
             if h == n:
@@ -292,7 +292,7 @@ def update_many(kind, dtype, items, scalars, plain=False, flags=(), cache=None):
         spec = tuple(Lm for _, Lm in chunk)
         k = V.cached(("optim_group", kind, dtype, plain, flags, spec),
                      lambda: _build_update(kind, dtype, True, plain, flags, members=spec),
-                     tuple(Lm for Lm in spec for _ in range(na)))
+                     tuple(Lm for Lm in spec for _ in range(na)), rebind=True)  # step-dependent scalars
         ms = [m[2] for m, _ in chunk]
         k([a for m, _ in chunk for a in m[0]], [q for m, _ in chunk for q in m[1]],
           [c for c in ms for _ in range(na)], tuple(ms) + tuple(scalars))

@@ -90,16 +90,21 @@ class _Fused(Optimizer):
             if n > self.clip_norm:
                 gscale = self.clip_norm / n
         by_key = {}
+        groups, group_of, psteps = self.param_groups, self._group_of, self._psteps
         for i, (p, g, slots) in enumerate(zip(self._leaves, grads, self._slots)):
             if g is None:
                 continue
-            gi = self._group_of[i]
-            if set(slots) != set(self._slots_for(self.param_groups[gi])):  # e.g. momentum switched on
+            gi = group_of[i]
+            names = self._slots_for(groups[gi])
+            want = _NAME_SETS.get(names)
+            if want is None:
+                want = _NAME_SETS[names] = frozenset(names)
+            if slots.keys() != want:  # e.g. momentum switched on
                 slots = self._slots[i] = {s: slots.get(s) or backend.zeros(max(p.size, 1), p.dtype)
-                                          for s in self._slots_for(self.param_groups[gi])}
+                                          for s in names}
             if p.size:
-                by_key.setdefault((gi, self._psteps[i], p.dtype), []).append((p, g, slots))
-            self._psteps[i] += 1
+                by_key.setdefault((gi, psteps[i], p.dtype), []).append((p, g, slots))
+            psteps[i] += 1
         for (gi, t, dtype), items in by_key.items():  # one grouped launch per group, step and dtype on CPU
             group = self.param_groups[gi]
             kind, scalars, plain, flags = self._spec(group, self.group_lr(group), gscale, t)
@@ -140,6 +145,9 @@ class _Fused(Optimizer):
         super().load_state_dict(sd)
         if self._psteps is None:  # a state from before per-parameter step counts: every parameter at `step`
             self._psteps = [self.step_count] * len(self._leaves)
+
+
+_NAME_SETS: dict = {}  # slot-name tuple -> frozenset (compared with each parameter's slots every step)
 
 
 def _betas(where, betas):
