@@ -30,8 +30,11 @@ VEC = [os.environ.get("SCIML_TAYLOR_VEC", "1").strip() != "0"]
 VEC_MAX_OUT = 4   # the fused output layer's width at most (its W_out columns are hoisted into registers)
 
 
-def _vec_lanes(w, dtype, o, *bufs):
-    if not VEC[0] or o > VEC_MAX_OUT or not backend.on_host():
+VEC_ACTS = ("tanh",)   # others evaluate libm per element: lane by lane they gain little and compile slowly (gelu)
+
+
+def _vec_lanes(act, w, dtype, o, *bufs):
+    if not VEC[0] or act not in VEC_ACTS or o > VEC_MAX_OUT or not backend.on_host():
         return None
     from . import taylor_vec
     return taylor_vec.lanes(w, dtype, [C.address(a) for a in bufs])
@@ -96,7 +99,7 @@ def layer_forward(act, Z, b, W, H, coords, pairs, n: int, w: int, first: bool, d
     The stream structure (coords, pairs) is compiled in (unrolled): one kernel per structure.
     """
     o = top[3] if top is not None else 0
-    L = _vec_lanes(w, dtype, o, Z, H)
+    L = _vec_lanes(act, w, dtype, o, Z, H)
     if L:
         from . import taylor_vec
         return taylor_vec.layer_forward(L, act, Z, b, W, H, coords, pairs, n, w, first, dtype, top)
@@ -116,7 +119,7 @@ def layer_backward(act, Z, HV, W, G, coords, pairs, n: int, w: int, first: bool,
     (the output layer's dH GEMM fused in); G is then written, not read.
     """
     o = top[2] if top is not None else 0
-    L = _vec_lanes(w, dtype, o, Z, HV, G)
+    L = _vec_lanes(act, w, dtype, o, Z, HV, G)
     if L:
         from . import taylor_vec
         return taylor_vec.layer_backward(L, act, Z, HV, W, G, coords, pairs, n, w, first, dtype, top)

@@ -16,8 +16,9 @@ kernels run. Results equal the scalar kernels' elementwise (same formulas, same 
 output layer's sum over the w units is taken in a different order (a lane-wise sum over the V vectors,
 then across the lanes): float32 outputs differ in the last bits.
 
-Activations other than float32 tanh (and float64 tanh) evaluate ``taylor._act`` lane by lane (their
-``ti.*`` transcendentals are libm calls either way); the streams' arithmetic is still vectorised.
+Used for tanh (``taylor.VEC_ACTS``), the PINN activation: the rational float32 tanh on vectors, float64's
+``ti.tanh`` lane by lane. The kernels also take the other activations (``taylor._act`` lane by lane), but their
+libm calls per element gain little and gelu's unrolled lanes compile for minutes, so those run the scalar kernels.
 """
 import warnings
 
