@@ -141,11 +141,33 @@ class _Profile:
                 return r
             return w
         C.cached = cached
+        from sciml.kernels import _vec as V
+        self._V, self._orig_vcached = V, V.cached
+
+        class Timed:   # a vector-lane kernel (VecLaunch): timed calls, its attributes passed through
+            def __init__(self, k, cat):
+                self._k, self._cat = k, cat
+
+            def __getattr__(self, name):
+                return getattr(self._k, name)
+
+            def __call__(self, *a):
+                t0 = pc()
+                r = self._k(*a)
+                prof.t[self._cat] += pc() - t0
+                prof.n[self._cat] += 1
+                return r
+
+        def vcached(key, build, *a, **kw):
+            k = prof._orig_vcached(key, build, *a, **kw)
+            return Timed(k, "taylor" if isinstance(key, tuple) and str(key[0]).startswith("taylor") else "other")
+        V.cached = vcached
         return self
 
     def __exit__(self, *exc):
         self._LK.matmul = self._mm
         self._C.cached = self._orig_cached
+        self._V.cached = self._orig_vcached
 
 
 def breakdown(step, steps=10):

@@ -17,12 +17,27 @@ adjoint reads t from the saved activations instead of evaluating tanh again.
 ``first_finish`` uses metadata ``[n1, n2, coord_0 .. coord_{n1-1}, ...]`` (int32).
 """
 import math
+import os
 
 from . import _common as C
 from . import elementwise as E
 from .. import backend
 
 ACTIVATIONS = ("tanh", "sin", "softplus", "gelu")
+# CPU: the order-2 layer kernels run on vector lanes (kernels/taylor_vec.py) where the width and the stream
+# buffers' alignment allow; SCIML_TAYLOR_VEC=0 keeps the scalar kernels (also the fallback and the device path)
+VEC = [os.environ.get("SCIML_TAYLOR_VEC", "1").strip() != "0"]
+VEC_MAX_OUT = 4   # the fused output layer's width at most (its W_out columns are hoisted into registers)
+
+
+VEC_ACTS = ("tanh",)   # others evaluate libm per element: lane by lane they gain little and compile slowly (gelu)
+
+
+def _vec_lanes(act, w, dtype, o, *bufs):
+    if not VEC[0] or act not in VEC_ACTS or o > VEC_MAX_OUT or not backend.on_host():
+        return None
+    from . import taylor_vec
+    return taylor_vec.lanes(w, dtype, [C.address(a) for a in bufs])
 
 
 def _act(name, dtype):
@@ -83,6 +98,11 @@ def layer_forward(act, Z, b, W, H, coords, pairs, n: int, w: int, first: bool, d
     layer OUT = H @ W_out (+ b_out on the value block) is fused in (one row of H at a time).
     The stream structure (coords, pairs) is compiled in (unrolled): one kernel per structure.
     """
+    o = top[3] if top is not None else 0
+    L = _vec_lanes(act, w, dtype, o, Z, H)
+    if L:
+        from . import taylor_vec
+        return taylor_vec.layer_forward(L, act, Z, b, W, H, coords, pairs, n, w, first, dtype, top)
     S = 1 + len(coords) + len(pairs)
     serial = C.launch_mode(n * w * S)
     WL, bL, OUT, o = top if top is not None else (b, b, b, 0)
@@ -98,6 +118,11 @@ def layer_backward(act, Z, HV, W, G, coords, pairs, n: int, w: int, first: bool,
     top: None, or (GOUT, W_out, o): the cotangents of H are GOUT @ W_out^T, formed on the fly
     (the output layer's dH GEMM fused in); G is then written, not read.
     """
+    o = top[2] if top is not None else 0
+    L = _vec_lanes(act, w, dtype, o, Z, HV, G)
+    if L:
+        from . import taylor_vec
+        return taylor_vec.layer_backward(L, act, Z, HV, W, G, coords, pairs, n, w, first, dtype, top)
     S = 1 + len(coords) + len(pairs)
     serial = C.launch_mode(n * w * S)
     GOUT, WL, o = top if top is not None else (G, G, 0)
