@@ -129,6 +129,8 @@ def main(argv=None):
     ap.add_argument("--peer-path", default=os.environ.get("SCIML_PEER_PATH"))
     ap.add_argument("--seeds", type=int, default=1, help="runs per port and library (seeds "
                     "0..N-1); the table shows the median error and its min-max")
+    ap.add_argument("--jobs", type=int, default=1, help="rows run at once (default 1; "
+                    "each row's two libraries stay interleaved, one run at a time)")
     ap.add_argument("--timeout", type=int, default=7200)
     ap.add_argument("--write", action="store_true", help=f"write the table into {DOC}")
     _arch.add_argument(ap)
@@ -148,34 +150,45 @@ def main(argv=None):
     for name in (args.only or []) + (args.full or []):
         if name not in ports():
             ap.error(f"no port {name!r}; the ports are {', '.join(ports())}")
+    if args.jobs < 1:
+        ap.error(f"--jobs: expected a count >= 1, got {args.jobs}")
     if args.seeds < 1:
         ap.error(f"--seeds: expected a count >= 1, got {args.seeds}")
-    rows, load0, t_start = [], os.getloadavg(), time.time()
+    rows, load0, t_start = {}, os.getloadavg(), time.time()
     names = args.only or ports()
-    for name in names:
-        ss, dxs = [], []
+
+    def run_row(name):
+        env_row, ss, dxs = dict(env), [], []
         its = budget(name, args) if not args.quick else None
         if its and (args.cut or args.steps):
-            env["SCIML_STEPS"] = str(its[0])
+            env_row["SCIML_STEPS"] = str(its[0])
         for seed in range(args.seeds):
             if args.seeds > 1:
-                env["SCIML_SEED"] = str(seed)
-            ss.append(run_sciml(name, env, args.timeout))
+                env_row["SCIML_SEED"] = str(seed)
+            ss.append(run_sciml(name, env_row, args.timeout))
             if not args.no_peer:
-                dxs.append(run_deepxde(name, env, args.timeout, args.peer_path))
+                dxs.append(run_deepxde(name, env_row, args.timeout, args.peer_path))
             print(f"  {name} seed {seed}: sciml {ss[-1]['rel_l2']:.3e}"
                   + (f", DeepXDE {dxs[-1]['rel_l2']:.3e}" if dxs else ""), flush=True)
-        s, dx = _summary(ss), (_summary(dxs) if dxs else None)
-        row = {"name": name, "sciml": s, "deepxde": dx,
-               "lines": (user_lines(os.path.join(PORTS_DIR, f"{name}.py")),
-                         user_lines(os.path.join(PORTS_DIR, "dde", f"{name}.py"))),
-               "iters": its and (its, own_steps(name))}
-        rows.append(row)
-        print(_row(row), flush=True)
-        args.load = (load0, os.getloadavg())
-        args.span = (t_start, time.time())
-        if args.write and len(rows) < len(names):   # a run cut short leaves the rows it has
-            _write(_table(rows, args, pending=len(names) - len(rows)))
+        return {"name": name, "sciml": _summary(ss), "deepxde": _summary(dxs) if dxs else None,
+                "lines": (user_lines(os.path.join(PORTS_DIR, f"{name}.py")),
+                          user_lines(os.path.join(PORTS_DIR, "dde", f"{name}.py"))),
+                "iters": its and (its, own_steps(name))}
+
+    # --jobs N: N rows at once (each row's runs, sciml then DeepXDE per seed, stay in sequence)
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(run_row, name): name for name in names}
+        for fut in as_completed(futures):
+            row = fut.result()
+            rows[row["name"]] = row
+            print(_row(row), flush=True)
+            args.load = (load0, os.getloadavg())
+            args.span = (t_start, time.time())
+            if args.write and len(rows) < len(names):   # a run cut short leaves the rows it has
+                _write(_table([rows[n] for n in names if n in rows], args,
+                              pending=len(names) - len(rows)))
+    rows = [rows[n] for n in names]
     table = _table(rows, args)
     print(table)
     if args.write:
@@ -242,7 +255,10 @@ def _table(rows, args, pending=0):
         (f" --cut {cut}" if cut else "") + \
         (" --full " + " ".join(args.full) if getattr(args, "full", None) else "") + \
         (f" --seeds {seeds}" if seeds > 1 else "") + \
+        (f" --jobs {args.jobs}" if getattr(args, "jobs", 1) > 1 else "") + \
         (" --only " + " ".join(args.only) if args.only else "") + " --write"
+    if getattr(args, "jobs", 1) > 1:
+        budget += f"; {args.jobs} rows at a time"
     if seeds > 1:
         budget += f"; median (min–max) over seeds 0–{seeds - 1} in each library, median times"
     load = getattr(args, "load", None)
