@@ -7,6 +7,8 @@ code. Writes the table into docs/pinn.md (between the ``bench_deepxde`` markers)
     python -m benchmarks.bench_deepxde --steps 2000 --write   # equal, cut budget in both
     python -m benchmarks.bench_deepxde --quick               # CI smoke (SCIML_QUICK=1)
     python -m benchmarks.bench_deepxde --steps 500 --seeds 3  # median (min-max) over seeds 0-2
+    python -m benchmarks.bench_deepxde --cut 10 --full euler_beam ode_system   # those two at
+        # their own iterations, every other port at 1/10 of its own (Adam and L-BFGS) in both
 
 ``--seeds N`` runs every port N times in each library, with ``SCIML_SEED`` = 0 .. N-1 (the
 sciml ports seed their network and points with it, the DeepXDE twins call
@@ -39,6 +41,30 @@ def ports():
     """Names of the ports (examples/deepxde/<name>.py with a DeepXDE twin in dde/)."""
     return sorted(f[:-3] for f in os.listdir(PORTS_DIR)
                   if f.endswith(".py") and os.path.exists(os.path.join(PORTS_DIR, "dde", f)))
+
+
+_OWN = re.compile(r"^STEPS = int\(os\.environ\.get\(\"SCIML_STEPS\", .* else (\d+)\)\)", re.M)
+_LBFGS = re.compile(r"^LBFGS_STEPS = STEPS \* (\d+) // (\d+)", re.M)
+
+
+def own_steps(name):
+    """The example's own (Adam steps, L-BFGS iterations) as its port declares them."""
+    src = open(os.path.join(PORTS_DIR, f"{name}.py")).read()
+    m = _OWN.search(src)
+    if m is None:
+        raise ValueError(f"{name}.py: no `STEPS = int(os.environ.get(\"SCIML_STEPS\", ...))` line")
+    lb = _LBFGS.search(src)
+    return int(m.group(1)), (int(lb.group(1)) if lb else 0)
+
+
+def budget(name, args):
+    """(Adam steps, L-BFGS iterations) this run gives the port in both libraries: its own, or
+    ``--steps``, or its own divided by ``--cut`` unless it is named in ``--full``; the ports
+    (and their DeepXDE twins) scale L-BFGS by the same factor as Adam."""
+    adam, lb = own_steps(name)
+    steps = args.steps or (adam // args.cut if args.cut and name not in (args.full or ()) else adam)
+    steps = max(1, steps)
+    return steps, (max(1, steps * lb // adam) if lb else 0)
 
 
 def user_lines(path):
@@ -93,12 +119,18 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=None, help="iterations in both libraries "
                     "(default: each example's own)")
+    ap.add_argument("--cut", type=int, default=None, help="run every port at 1/CUT of its own "
+                    "iterations (Adam and L-BFGS) in both libraries, except those in --full")
+    ap.add_argument("--full", nargs="*", default=None, help="with --cut: ports that run their "
+                    "own iterations")
     ap.add_argument("--quick", action="store_true", help="SCIML_QUICK=1: a few steps each")
     ap.add_argument("--only", nargs="*", default=None, help="ports to run (default: all)")
     ap.add_argument("--no-peer", action="store_true", help="sciml only")
     ap.add_argument("--peer-path", default=os.environ.get("SCIML_PEER_PATH"))
     ap.add_argument("--seeds", type=int, default=1, help="runs per port and library (seeds "
                     "0..N-1); the table shows the median error and its min-max")
+    ap.add_argument("--jobs", type=int, default=1, help="rows run at once (default 1; "
+                    "each row's two libraries stay interleaved, one run at a time)")
     ap.add_argument("--timeout", type=int, default=7200)
     ap.add_argument("--write", action="store_true", help=f"write the table into {DOC}")
     _arch.add_argument(ap)
@@ -111,26 +143,52 @@ def main(argv=None):
         env["SCIML_QUICK"] = "1"
     if args.steps:
         env["SCIML_STEPS"] = str(args.steps)
+    if args.cut is not None and (args.cut < 1 or args.steps):
+        ap.error(f"--cut: expected a factor >= 1 and no --steps, got --cut {args.cut}")
+    if args.full and not args.cut:
+        ap.error("--full needs --cut")
+    for name in (args.only or []) + (args.full or []):
+        if name not in ports():
+            ap.error(f"no port {name!r}; the ports are {', '.join(ports())}")
+    if args.jobs < 1:
+        ap.error(f"--jobs: expected a count >= 1, got {args.jobs}")
     if args.seeds < 1:
         ap.error(f"--seeds: expected a count >= 1, got {args.seeds}")
-    rows, load0 = [], os.getloadavg()
-    for name in args.only or ports():
-        ss, dxs = [], []
+    rows, load0, t_start = {}, os.getloadavg(), time.time()
+    names = args.only or ports()
+
+    def run_row(name):
+        env_row, ss, dxs = dict(env), [], []
+        its = budget(name, args) if not args.quick else None
+        if its and (args.cut or args.steps):
+            env_row["SCIML_STEPS"] = str(its[0])
         for seed in range(args.seeds):
             if args.seeds > 1:
-                env["SCIML_SEED"] = str(seed)
-            ss.append(run_sciml(name, env, args.timeout))
+                env_row["SCIML_SEED"] = str(seed)
+            ss.append(run_sciml(name, env_row, args.timeout))
             if not args.no_peer:
-                dxs.append(run_deepxde(name, env, args.timeout, args.peer_path))
+                dxs.append(run_deepxde(name, env_row, args.timeout, args.peer_path))
             print(f"  {name} seed {seed}: sciml {ss[-1]['rel_l2']:.3e}"
                   + (f", DeepXDE {dxs[-1]['rel_l2']:.3e}" if dxs else ""), flush=True)
-        s, dx = _summary(ss), (_summary(dxs) if dxs else None)
-        row = {"name": name, "sciml": s, "deepxde": dx,
-               "lines": (user_lines(os.path.join(PORTS_DIR, f"{name}.py")),
-                         user_lines(os.path.join(PORTS_DIR, "dde", f"{name}.py")))}
-        rows.append(row)
-        print(_row(row), flush=True)
-    args.load = (load0, os.getloadavg())
+        return {"name": name, "sciml": _summary(ss), "deepxde": _summary(dxs) if dxs else None,
+                "lines": (user_lines(os.path.join(PORTS_DIR, f"{name}.py")),
+                          user_lines(os.path.join(PORTS_DIR, "dde", f"{name}.py"))),
+                "iters": its and (its, own_steps(name))}
+
+    # --jobs N: N rows at once (each row's runs, sciml then DeepXDE per seed, stay in sequence)
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(run_row, name): name for name in names}
+        for fut in as_completed(futures):
+            row = fut.result()
+            rows[row["name"]] = row
+            print(_row(row), flush=True)
+            args.load = (load0, os.getloadavg())
+            args.span = (t_start, time.time())
+            if args.write and len(rows) < len(names):   # a run cut short leaves the rows it has
+                _write(_table([rows[n] for n in names if n in rows], args,
+                              pending=len(names) - len(rows)))
+    rows = [rows[n] for n in names]
     table = _table(rows, args)
     print(table)
     if args.write:
@@ -164,27 +222,59 @@ def _row(row):
              _fmt(s, "time", "{:.0f} s"), _fmt(dx, "time", "{:.0f} s"),
              f"{row['lines'][0]}", f"{row['lines'][1]}"]
     cells.append(", ".join(f"{k}: {s[k]:.4g} / {_fmt(dx, k, '{:.4g}')}" for k in extra) or "")
+    cells.append(_iters(row.get("iters")))
     return "| " + " | ".join(cells) + " |"
 
 
-def _table(rows, args):
-    budget = "each example's own iterations" if not (args.steps or args.quick) else \
-        ("quick mode" if args.quick else f"{args.steps} iterations in both")
+def _iters(it):
+    """'5000 + 375 L-BFGS (own 20000 + 15000)' or '10000 (own)'."""
+    if not it:
+        return "–"
+    (a, lb), (oa, olb) = it
+    run = f"{a}" + (f" + {lb} L-BFGS" if lb else "")
+    own = f"{oa}" + (f" + {olb}" if olb else "")
+    return f"{run} (own)" if (a, lb) == (oa, olb) else f"{run} (own {own})"
+
+
+def _table(rows, args, pending=0):
+    cut = getattr(args, "cut", None)
+    if args.quick:
+        budget = "quick mode"
+    elif args.steps:
+        budget = f"{args.steps} iterations in both"
+    elif cut:
+        full = getattr(args, "full", None) or []
+        budget = (f"{', '.join(full)} at the example's own iterations, every other port at 1/{cut} "
+                  f"of its own (Adam and L-BFGS), in both libraries" if full else
+                  f"1/{cut} of each example's own iterations (Adam and L-BFGS) in both libraries")
+    else:
+        budget = "each example's own iterations"
     seeds = getattr(args, "seeds", 1)
     cmd = "python -m benchmarks.bench_deepxde" + (" --quick" if args.quick else "") + \
         (f" --steps {args.steps}" if args.steps else "") + \
+        (f" --cut {cut}" if cut else "") + \
+        (" --full " + " ".join(args.full) if getattr(args, "full", None) else "") + \
         (f" --seeds {seeds}" if seeds > 1 else "") + \
+        (f" --jobs {args.jobs}" if getattr(args, "jobs", 1) > 1 else "") + \
         (" --only " + " ".join(args.only) if args.only else "") + " --write"
+    if getattr(args, "jobs", 1) > 1:
+        budget += f"; {args.jobs} rows at a time"
     if seeds > 1:
         budget += f"; median (min–max) over seeds 0–{seeds - 1} in each library, median times"
     load = getattr(args, "load", None)
     if load:
         budget += (f"; load average {load[0][0]:.1f} at the start, {load[1][0]:.1f} at the end "
                    f"(1-minute)")
-    head = (f"Produced by `{cmd}` ({budget}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+    span = getattr(args, "span", None)
+    when = (f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(span[0]))}–"
+            f"{time.strftime('%H:%M UTC', time.gmtime(span[1]))}" if span else
+            time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()))
+    if pending:
+        budget += f"; INCOMPLETE: {pending} more row(s) were still to run"
+    head = (f"Produced by `{cmd}` ({budget}; {when}, "
             f"{os.cpu_count()} cores; wall times are of training only):\n\n"
             "| port | sciml rel. L2 | DeepXDE rel. L2 | sciml time | DeepXDE time | sciml lines "
-            "| DeepXDE lines | fitted (sciml / DeepXDE) |\n|---|---|---|---|---|---|---|---|")
+            "| DeepXDE lines | fitted (sciml / DeepXDE) | iterations |\n|---|---|---|---|---|---|---|---|---|")
     return head + "\n" + "\n".join(_row(r) for r in rows)
 
 

@@ -92,3 +92,21 @@ def test_same_weights_and_points_train_as_deepxde():
     assert {"pde", "dirichlet:left", "periodic:x"} <= set(r.history)   # the terms keep their names
     y = net(sm.tensor(np.linspace(-1, 1, 5)[:, None])).numpy()[:, 0]
     np.testing.assert_allclose(y, dde, rtol=1e-9, atol=1e-12)
+
+
+def test_kovasznay_points_pde_on_the_boundary_pool_and_conditions_by_component():
+    # examples/deepxde/kovasznay_flow.py: DeepXDE's num_domain=2601, num_boundary=400; the PDE
+    # holds on all 3001, u and v on the 400 pool points, p on those at x = 1 (114, as in DeepXDE)
+    f = lambda x, y: 0 * x   # noqa: E731
+    pb = Problem(Rectangle((-0.5, -0.5), (1, 1.5)), lambda u, v, p, x, y: [u, v, p],
+                 outputs=("u", "v", "p"),
+                 conditions=[Dirichlet(f, component=0), Dirichlet(f, component=1),
+                             Dirichlet(f, on="right", component=2)])
+    pb2, x = pb.deepxde_points(num_domain=2601, num_boundary=400)
+    assert x.shape == (3001, 2)
+    assert [c.n_points for c in pb2.conditions] == [400, 400, 114]
+    assert np.all(pb2.conditions[2].given[:, 0] == 1.0)
+    # the interior: DeepXDE's Hammersley rectangle (Halton base 2 in x, k / 2602 in y)
+    np.testing.assert_allclose(x[400:403], [[0.25, -0.5 + 2 / 2602], [-0.125, -0.5 + 4 / 2602],
+                                            [0.625, -0.5 + 6 / 2602]], rtol=0, atol=1e-12)
+    assert np.all(np.abs(pb.domain._sdf(x[:400])) < 1e-12)      # the pool lies on the boundary

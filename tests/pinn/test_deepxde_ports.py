@@ -34,7 +34,14 @@ def test_line_counts_and_table(tmp_path):
     row = {"name": "p", "sciml": {"rel_l2": 1e-3, "time": 2.0, "C": 1.01},
            "deepxde": {"rel_l2": 2e-3, "time": 3.0, "C": 1.02}, "lines": (10, 20)}
     line = B._row(row)
-    assert line == "| `p` | 1.00e-03 | 2.00e-03 | 2 s | 3 s | 10 | 20 | C: 1.01 / 1.02 |"
+    assert line == "| `p` | 1.00e-03 | 2.00e-03 | 2 s | 3 s | 10 | 20 | C: 1.01 / 1.02 | – |"
+    # the iterations a row ran: its own, or cut (--cut F, --full NAMES) with L-BFGS scaled alike
+    assert B._row(dict(row, iters=((2000, 1500), (20000, 15000)))).endswith(
+        "| 2000 + 1500 L-BFGS (own 20000 + 15000) |")
+    import argparse
+    a = argparse.Namespace(steps=None, cut=10, full=["poisson_robin_1d"])
+    assert B.budget("poisson_robin_1d", a) == B.own_steps("poisson_robin_1d") == (10000, 0)
+    assert B.budget("heat", a) == (2000, 1500) and B.own_steps("heat") == (20000, 15000)
     assert "| `p` | 1.00e-03 | – |" in B._row(dict(row, deepxde=None))
     # --seeds N: the median and its range over the runs
     runs = [{"rel_l2": e, "time": t, "C": c} for e, t, c in [(3e-3, 5, 1.0), (1e-3, 4, 2.0), (2e-3, 9, 3.0)]]
