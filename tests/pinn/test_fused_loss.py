@@ -96,6 +96,6 @@ def test_switch(monkeypatch, forced):
     monkeypatch.setenv("SCIML_FUSE_LOSS", "0")
     assert not FL.enabled()
     monkeypatch.delenv("SCIML_FUSE_LOSS")
-    assert FL.enabled() is False   # the host: off by default (its sums may be reordered by fast math)
-    FL.MODE[0] = True
-    assert FL.enabled()
+    assert FL.enabled() is True    # on by default, host included
+    FL.MODE[0] = False
+    assert not FL.enabled()
