@@ -86,13 +86,19 @@ def _inputs(name, args):
     return out
 
 
-def _trace(fn, name, ts, shape):
-    """Run fn once on detached leaves; return the SSA statements of the kernel."""
+def detached_leaves(ts):
+    """Fresh leaf Tensors on the buffers of ``ts``, each its own tape root (for tracing a function once)."""
     leaves = []
     for t in ts:
         leaf = Tensor._make(t._buf, t.shape, t.dtype)
         leaf._node = P.leaf_node(leaf)
         leaves.append(leaf)
+    return leaves
+
+
+def _trace(fn, name, ts, shape):
+    """Run fn once on detached leaves; return the SSA statements of the kernel."""
+    leaves = detached_leaves(ts)
     with P.enable_grad():
         out = fn(*leaves)
     if not isinstance(out, Tensor):

@@ -29,6 +29,7 @@ from .. import backend
 from ..kernels import fused_region as KR
 from . import backward as B
 from . import primitive as P
+from .fuse import detached_leaves
 from .tensor import Tensor, zeros
 
 _ALIAS = {"identity", "reshape"}
@@ -70,11 +71,7 @@ def _trace(fn, name, ts):
 
 
 def _trace_eager(fn, name, ts):
-    leaves = []
-    for t in ts:
-        leaf = Tensor._make(t._buf, t.shape, t.dtype)
-        leaf._node = P.leaf_node(leaf)
-        leaves.append(leaf)
+    leaves = detached_leaves(ts)
     with P.enable_grad():
         out = fn(*leaves)
     multi = isinstance(out, (list, tuple))
