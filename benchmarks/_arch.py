@@ -8,8 +8,9 @@
     (``sciml.backend.sync``), so device runs are timed to completion, not to enqueue;
   - JAX runs on the matching platform (``JAX_PLATFORMS=cuda`` for ``--arch cuda``, ``cpu``
     otherwise; an existing ``JAX_PLATFORMS`` wins), set before the JAX peer is imported;
-  - the PyTorch and numpy peers stay on the CPU: their tables say so (a CUDA torch peer needs
-    ``.to("cuda")`` and ``torch.cuda.synchronize`` in benchmarks/peers/torch_peers.py: not done yet).
+  - for ``--arch cuda`` the PyTorch W2/W3 peers run on the GPU too (``SCIML_BENCH_TORCH_DEVICE=cuda``,
+    read by benchmarks/peers/torch_peers.py; the sync also calls ``torch.cuda.synchronize``); the other
+    PyTorch peers and the numpy peers stay on the CPU.
 """
 import os
 
@@ -29,16 +30,27 @@ def use(arch):
         raise ValueError(f"--arch: got {arch!r}; expected one of {', '.join(CHOICES)}.")
     ARCH = arch
     os.environ.setdefault("JAX_PLATFORMS", "cuda" if arch == "cuda" else "cpu")
+    if arch == "cuda":
+        os.environ.setdefault("SCIML_BENCH_TORCH_DEVICE", "cuda")
     from benchmarks import peers
     peers.SYNC = None if arch == "cpu" else _sync
     return arch
 
 
 def _sync():
+    import sys
+
     from sciml import backend
     backend.sync()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def label():
     """A table-title fragment, e.g. 'sciml arch=cuda; torch/numpy peers on CPU'."""
-    return "CPU" if ARCH == "cpu" else f"sciml arch={ARCH}; torch/numpy peers on CPU"
+    if ARCH == "cpu":
+        return "CPU"
+    if ARCH == "cuda" and os.environ.get("SCIML_BENCH_TORCH_DEVICE") == "cuda":
+        return "sciml arch=cuda; JAX and the torch W2/W3 peers on the GPU, other peers on CPU"
+    return f"sciml arch={ARCH}; torch/numpy peers on CPU"

@@ -159,7 +159,7 @@ def lbfgs_iter():
         if f1 - f0 != 1 or i < 3:  # one evaluation, history full
             continue
         for k in ("launch", "read", "upload", "alloc"):
-            worst[k] = max(worst.get(k, 0), s1[k] - s0[k])
+            worst[k] = max(worst.get(k, 0), s1.get(k, 0) - s0.get(k, 0))
         worst["own_launch"] = max(worst.get("own_launch", 0),
                                   s1["launch"] - s0["launch"] - (s1["eval_launch"] - s0["eval_launch"]))
     worst["iterations"] = sum(1 for (f0, _), (f1, _) in list(zip(rows, rows[1:]))[3:] if f1 - f0 == 1)

@@ -8,6 +8,7 @@ for a table. Requires torch (optional; see ``benchmarks.peers.load_peer``).
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import torch
@@ -18,6 +19,15 @@ from . import cli_main, make_result, timeit_samples
 
 torch.manual_seed(0)
 
+# benchmarks/_arch.py sets SCIML_BENCH_TORCH_DEVICE=cuda for ``--arch cuda``: the W2/W3 peers then
+# run on the GPU too (same device as sciml); everything else stays on the CPU.
+DEVICE = "cuda" if (os.environ.get("SCIML_BENCH_TORCH_DEVICE") == "cuda" and torch.cuda.is_available()) else "cpu"
+
+
+def _dev(a):
+    """numpy array -> tensor on DEVICE."""
+    return torch.from_numpy(a).to(DEVICE)
+
 
 # --------------------------------------------------------------------------
 # helpers
@@ -26,8 +36,8 @@ def _params(np_params, requires_grad=True):
     """numpy [(W,b)] -> flat list of leaf tensors [W1,b1,W2,b2,...]."""
     out = []
     for W, b in np_params:
-        out.append(torch.tensor(W, requires_grad=requires_grad))
-        out.append(torch.tensor(b, requires_grad=requires_grad))
+        out.append(torch.tensor(W, requires_grad=requires_grad, device=DEVICE))
+        out.append(torch.tensor(b, requires_grad=requires_grad, device=DEVICE))
     return out
 
 
@@ -109,7 +119,7 @@ def _burgers_loss(ps, X, Xi, ui, Xb, nu):
 
 def torch_w2_burgers_step(seed=0, warmup=5, repeat=20, fused=None):
     d = C.w2_inputs(seed)
-    X, Xi, ui, Xb = (torch.from_numpy(d[k]) for k in
+    X, Xi, ui, Xb = (_dev(d[k]) for k in
                      ("X_int", "X_init", "u_init", "X_bnd"))
     ps = _params(d["params"])
     fn = lambda: _burgers_loss(ps, X, Xi, ui, Xb, d["nu"])  # noqa: E731
@@ -133,7 +143,7 @@ def _poisson_loss(ps, X, f, Xb):
 
 def torch_w3_poisson_step(seed=0, warmup=5, repeat=20, fused=None):
     d = C.w3_inputs(seed)
-    X, f, Xb = (torch.from_numpy(d[k]) for k in ("X_int", "f_int", "X_bnd"))
+    X, f, Xb = (_dev(d[k]) for k in ("X_int", "f_int", "X_bnd"))
     ps = _params(d["params"])
     fn = lambda: _poisson_loss(ps, X, f, Xb)  # noqa: E731
     return _train_result("torch/W3_poisson_pinn_step", fn, ps, warmup,

@@ -240,6 +240,10 @@ class _Plan:
         self.out_def = out_def
         # the program: steps in order, with the re-initialisations that replays need
         prog, binds, keep = [], [], []
+        # A launch context is built once and relaunched with new arguments on the CPU and Vulkan. Taichi's
+        # CUDA launcher rewrites a context's ndarray pointers in place (DeviceAllocation -> raw device
+        # address), so a CUDA context relaunched segfaults (seen on an H100): a fresh one per launch there.
+        reuse_ctx = on_host or runtime.arch() == "vulkan"
         inits = self._inits(rec, slot_of)
         for idx, (kind, fn, args) in enumerate(rec.steps):
             for init in inits.get(idx, ()):
@@ -264,14 +268,15 @@ class _Plan:
                 continue
             dyn = [(i, a) for i, a in enumerate(args) if _is_buf(a) and id(_root(a)) in slot_of]
             keep.append(args)
-            if kind == "k" and fn.spec is not None:
+            if kind == "k" and fn.spec is not None and reuse_ctx:
                 ctx = fn.context(args)
                 prog.append((runtime.unlocked(fn.spec[1]), (fn.spec[2], ctx)))  # run() holds the lock
                 for i, a in dyn:
                     off, n = _offset(a, _root(a))
                     binds.append(("ctx", ctx, i, fn.spec[3][i], slot_of[id(_root(a))], off, n))
             else:
-                call = fn.kernel if kind == "k" else fn
+                # a kernel with a fast path: its own call (a fresh launch context per launch on CUDA)
+                call = (fn if fn.spec is not None else fn.kernel) if kind == "k" else fn
                 lst = list(args)
                 prog.append((call, lst))
                 for i, a in dyn:
