@@ -45,8 +45,9 @@ def _params(sm, np_params):
     return ps
 
 
-def w2_step(seed=0):
-    """(step function, loss/grad at the initial parameters) for W2 Burgers."""
+def w2_step(seed=0, jit=False):
+    """(step function, loss/grad at the initial parameters) for W2 Burgers (``jit``: the loss and
+    gradient through ``sm.jit``, replayed without the tape: what a device needs)."""
     sm = _setup()
     from sciml.pinn import fused
     d = PC.w2_inputs(seed)
@@ -67,10 +68,10 @@ def w2_step(seed=0):
         e = u[ni:] - target
         return (res * res).mean() + 2.0 * (e * e).mean()
 
-    return _trainer(sm, loss_fn, ps)
+    return _trainer(sm, loss_fn, ps, jit)
 
 
-def w3_step(seed=0):
+def w3_step(seed=0, jit=False):
     sm = _setup()
     from sciml.pinn import fused
     d = PC.w3_inputs(seed)
@@ -87,12 +88,14 @@ def w3_step(seed=0):
         ub = r[()][ni:]
         return (res * res).mean() + (ub * ub).mean()
 
-    return _trainer(sm, loss_fn, ps)
+    return _trainer(sm, loss_fn, ps, jit)
 
 
-def _trainer(sm, loss_fn, ps):
+def _trainer(sm, loss_fn, ps, jit=False):
     from sciml.optim import Adam
     vg = sm.value_and_grad(loss_fn, argnums=tuple(range(len(ps))))
+    if jit:
+        vg = sm.jit(vg, fallback=False)
     loss0, g0 = vg(*ps)
     gnorm0 = float(np.sqrt(sum(float((g.numpy().astype(np.float64) ** 2).sum()) for g in g0)))
     opt = Adam(ps, lr=PC.ADAM_LR, betas=(PC.ADAM_B1, PC.ADAM_B2), eps=PC.ADAM_EPS)
@@ -230,6 +233,7 @@ def main(argv=None):
     ap.add_argument("--only", choices=["W2", "W3"], default=None)
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-cpu", action="store_true", help="skip the one-thread CPU-time comparison")
+    ap.add_argument("--jit", action="store_true", help="also time sciml's step through sm.jit (row sciml/W2_jit)")
     _arch.add_argument(ap)
     a = ap.parse_args(argv)
     _arch.use(a.arch)
@@ -240,6 +244,9 @@ def main(argv=None):
     for w in work:
         step, loss0, g0 = (w2_step if w == "W2" else w3_step)()
         runners = [("sciml", None)]
+        if a.jit:
+            step_jit = (w2_step if w == "W2" else w3_step)(jit=True)[0]
+            runners.append(("sciml-jit", step_jit))
         if tp is not None:
             runners.append(("torch", tp.torch_w2_burgers_step if w == "W2" else tp.torch_w3_poisson_step))
         if jp is not None:
@@ -249,16 +256,17 @@ def main(argv=None):
         best = {}
         for _ in range(a.rounds):
             for name, fn in runners:
-                if fn is None:
-                    s = peers.timeit_samples(step, a.warmup, a.repeat)
-                    r = peers.make_result(f"sciml/{w}_fused", s, loss0=loss0, grad_norm0=g0, dtype="float32")
+                if fn is None or name == "sciml-jit":
+                    s = peers.timeit_samples(fn or step, a.warmup, a.repeat)
+                    r = peers.make_result(f"sciml/{w}_fused" + ("_jit" if fn else ""), s, loss0=loss0,
+                                          grad_norm0=g0, dtype="float32")
                 else:
                     r = fn(warmup=a.warmup, repeat=a.repeat)
                 if name not in best or r["median_s"] < best[name]["median_s"]:
                     best[name] = r
         rows = [best[name] for name, _ in runners]
         r = rows[0]
-        peer_rows = rows[1:]
+        peer_rows = [x for (name, _), x in zip(runners, rows) if not name.startswith("sciml")]
         bp = min(peer_rows, key=lambda x: x["median_s"]) if peer_rows else None
         for x in rows:
             if bp is not None:
@@ -276,6 +284,10 @@ def main(argv=None):
                            f"({bp['median_s'] / r['median_s']:.2f}x faster); loss0 sciml {loss0:.6g} / peer "
                            f"{bp.get('loss0', float('nan')):.6g}, |grad0| sciml {g0:.6g} / peer "
                            f"{bp.get('grad_norm0', float('nan')):.6g}")
+            if a.jit:
+                rj = best["sciml-jit"]
+                summary.append(f"{w}: sciml jit {rj['median_s'] * 1e3:.2f} ms -> ratio "
+                               f"{rj['median_s'] / bp['median_s']:.2f} vs {bp['name']}")
     print(peers.format_table(results, f"W2/W3 PINN training step ({_arch.label()}, float32)"))
     print()
     for line in details + summary:
