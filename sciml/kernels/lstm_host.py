@@ -165,35 +165,32 @@ def _build_bwd(L, rank1):
                     t = q
                 prev = t + rev
                 new = t + 1 - rev
-                for jv in range(hv):  # the cell adjoints of step t (bias / W_ih sums over b in registers)
-                    sb = [ti.Vector([0.0] * L, dt=T_) for _g in ti.static(range(4))]
-                    sw = [ti.Vector([0.0] * L, dt=T_) for _g in ti.static(range(4 if rank1 else 0))]
-                    for b in range(B):
-                        g0 = (t * B + b) * g4 + jv
-                        p0 = (prev * B + b) * hv + jv
-                        n0 = (new * B + b) * hv + jv
+                for b in range(B):  # the cell adjoints of step t, in memory order (bias / W_ih sums in db, dwih)
+                    g1 = (t * B + b) * g4
+                    p1 = (prev * B + b) * hv
+                    n1 = (new * B + b) * hv
+                    y1 = b * ybs + t * yts
+                    xv = xs[t * B + b] if ti.static(rank1) else one
+                    for jv in range(hv):
+                        g0 = g1 + jv
+                        p0 = p1 + jv
+                        n0 = n1 + jv
                         r0 = b * hv + jv
                         gi = G[g0]
                         gf = G[g0 + hv]
                         gg = G[g0 + 2 * hv]
                         go = G[g0 + 3 * hv]
                         tc = tanh(Cv[n0])
-                        dh = DH[r0] + gP[b * ybs + t * yts + jv]
+                        dh = DH[r0] + gP[y1 + jv]
                         d = dc[r0] + dh * go * (one - tc * tc)
                         dgs = [d * gg * gi * (one - gi), d * Cv[p0] * gf * (one - gf), d * gi * (one - gg * gg),
                                dh * tc * go * (one - go)]
                         dc[r0] = d * gf
                         for g in ti.static(range(4)):
                             dG[g0 + g * hv] = dgs[g]
-                            sb[g] += dgs[g]
-                        if ti.static(rank1):
-                            xv = xs[t * B + b]
-                            for g in ti.static(range(4)):
-                                sw[g] += xv * dgs[g]
-                    for g in ti.static(range(4)):
-                        db[g * hv + jv] += sb[g]
-                        if ti.static(rank1):
-                            dwih[g * hv + jv] += sw[g]
+                            db[g * hv + jv] += dgs[g]
+                            if ti.static(rank1):
+                                dwih[g * hv + jv] += xv * dgs[g]
                 # dh_prev = dG_t W_hh: tiles of RB rows x NJ vectors (past the edges repeated, written once); after
                 # the last step only if dh0 is wanted
                 H4 = g4 * L
