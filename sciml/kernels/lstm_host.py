@@ -219,6 +219,105 @@ def _build_bwd(L, rank1):
     return k
 
 
+def _build_bwd_fused(L, rank1):
+    """The backward with the cell adjoints of step t in the epilogue of the tiles of ``dh = dG_{t+1} W_hh``: the
+    recurrent cotangent of h_t never leaves the registers, and the loads of step t's saved gates overlap the
+    GEMM's arithmetic."""
+    ti = C.ti()
+    RB, NJ = _tile(L), 4
+    T_ = ti.f32
+    tanh, _ = R._vec_funcs()
+    tp = ti.template()
+    AG, AC, AX, AP, ADH, Adc, AdG, AdGs, AW, Adb, Adw = _arrays(L, _BWD_VEC)
+
+    @ti.func
+    def adj(G: tp, Cv: tp, xs: tp, gP: tp, dc: tp, dG: tp, db: tp, dwih: tp, dhr, t, b, jv, B, hv, prev, new, ybs,
+            yts):
+        """The cell adjoint of (t, b, units jv) given the recurrent cotangent ``dhr`` of h_t."""
+        one = ti.cast(1, T_)
+        g0 = (t * B + b) * 4 * hv + jv
+        p0 = (prev * B + b) * hv + jv
+        n0 = (new * B + b) * hv + jv
+        r0 = b * hv + jv
+        gi = G[g0]
+        gf = G[g0 + hv]
+        gg = G[g0 + 2 * hv]
+        go = G[g0 + 3 * hv]
+        tc = tanh(Cv[n0])
+        dh = dhr + gP[b * ybs + t * yts + jv]
+        d = dc[r0] + dh * go * (one - tc * tc)
+        dgs = [d * gg * gi * (one - gi), d * Cv[p0] * gf * (one - gf), d * gi * (one - gg * gg),
+               dh * tc * go * (one - go)]
+        dc[r0] = d * gf
+        for g in ti.static(range(4)):
+            dG[g0 + g * hv] = dgs[g]
+            db[g * hv + jv] += dgs[g]
+        if ti.static(rank1):
+            xv = xs[t * B + b]
+            for g in ti.static(range(4)):
+                dwih[g * hv + jv] += xv * dgs[g]
+
+    @ti.kernel
+    def k(G: AG, Cv: AC, xs: AX, gP: AP, DH: ADH, dc: Adc, dG: AdG, dGs: AdGs, W: AW, db: Adb, dwih: Adw,
+          T: ti.i32, B: ti.i32, hv: ti.i32, rev: ti.i32, ybs: ti.i32, yts: ti.i32, tail: ti.i32, need0: ti.i32):
+        ti.loop_config(serialize=True)
+        for _ in range(1):  # one serial task: the steps run in order
+            z = ti.Vector([0.0] * L, dt=T_)
+            g4 = 4 * hv
+            H4 = g4 * L
+            BH = B * hv
+            for i in range(BH):  # the cotangent of c_T
+                dc[i] = gP[tail + BH + i]
+            for i in range(g4):
+                db[i] = z
+                dwih[i] = z
+            t = T - 1  # the last step: its recurrent cotangent is that of h_T
+            if rev != 0:
+                t = 0
+            for b in range(B):
+                for jv in range(hv):
+                    adj(G, Cv, xs, gP, dc, dG, db, dwih, gP[tail + b * hv + jv], t, b, jv, B, hv, t + rev,
+                        t + 1 - rev, ybs, yts)
+            # step q: dh_t = dG_{tn} W_hh (tn the step after t in the direction), tiles of RB rows x NJ vectors
+            # (past the edges repeated, used once), then the cell adjoints of t on the tile; q == T: dh0 only
+            nq = T
+            if need0 != 0:
+                nq = T + 1
+            for q in range(1, nq):
+                tn = T - q
+                t = T - 1 - q
+                if rev != 0:
+                    tn = q - 1
+                    t = q
+                for bt in range((B + RB - 1) // RB):
+                    b0 = bt * RB
+                    dr = [(tn * B + ti.min(b0 + r, B - 1)) * H4 for r in ti.static(range(RB))]
+                    for jt in range((hv + NJ - 1) // NJ):
+                        j0 = jt * NJ
+                        js = [ti.min(j0 + j, hv - 1) for j in ti.static(range(NJ))]
+                        acc = [[ti.Vector([0.0] * L, dt=T_) for _j in ti.static(range(NJ))]
+                               for _r in ti.static(range(RB))]
+                        for kk in range(H4):
+                            w = kk * hv
+                            ws = [W[w + js[j]] for j in ti.static(range(NJ))]
+                            for r in ti.static(range(RB)):
+                                x = dGs[dr[r] + kk]
+                                for j in ti.static(range(NJ)):
+                                    acc[r][j] += x * ws[j]
+                        for r in ti.static(range(RB)):
+                            for j in ti.static(range(NJ)):
+                                if b0 + r < B and j0 + j < hv:
+                                    if q == T:
+                                        DH[(b0 + r) * hv + j0 + j] = acc[r][j]
+                                    else:
+                                        adj(G, Cv, xs, gP, dc, dG, db, dwih, acc[r][j], t, b0 + r, j0 + j, B, hv,
+                                            t + rev, t + 1 - rev, ybs, yts)
+    return k
+
+
+FUSED_BWD = True  # False: the cell adjoints of a step as their own pass before its dh GEMM (_build_bwd)
+
+
 def _transpose(W, WT, n, m):
     WT[:n * m].reshape(m, n)[:] = W[:n * m].reshape(n, m).T
 
@@ -262,7 +361,8 @@ def backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, need_h0, L):
     DH, dc = _empty(BH, "float32"), _empty(BH, "float32")
     db, dw = _empty(NGH, "float32"), _empty(NGH, "float32")
     hv = H // L
-    _launch(("lstm_host", "bwd", L, rank1), lambda: _build_bwd(L, rank1), L, _BWD_VEC,
+    build = _build_bwd_fused if FUSED_BWD else _build_bwd
+    _launch(("lstm_host", "bwd", L, rank1, FUSED_BWD), lambda: build(L, rank1), L, _BWD_VEC,
             [G, Cs, X, gP, DH, dc, dG, dG, W, db, dw],
             [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv, int(bool(need_h0))])
     return (DH[:BH] if need_h0 else None), dc[:BH], db[:NGH], (dw[:NGH] if rank1 else None)
