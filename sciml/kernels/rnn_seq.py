@@ -368,6 +368,11 @@ def backward(kind, gP, X, W_ih, W_hh, saved, T, B, I, H, reverse, ybs, yts, dtyp
                          (dc[:BH] if host else dc) if lstm else None)
 
 
+def _transpose_into(src, dst, m, n):
+    """dst (n, m) = src (m, n)^T on host buffers."""
+    dst[:m * n].reshape(n, m)[:] = src[:m * n].reshape(m, n).T
+
+
 def _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh0, dc0, db=None, dW_ih=None):
     """(dX, dW_ih, db, dW_hh, dh0, dc0) from the gate cotangents of all steps: one GEMM each (db, dW_ih: those
     the step loop summed where given)."""
@@ -412,7 +417,12 @@ def _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh0, dc
             else:
                 hp = backend.empty(nY, dtype)
                 R.copy(Hs, BH, hp, 0, nY, dtype)
-        LA.matmul(dGr, hp, dWh, 1, NGH, H, T * B, True, False, dtype)
+        if host:  # (H, NGH) = hp^T dG, then transposed: 10-15% faster in OpenBLAS than dG^T hp (512 x 128 x 3200)
+            tmp = backend.empty(NGH * H, dtype)
+            LA.matmul(hp, dGr, tmp, 1, H, NGH, T * B, True, False, dtype)
+            C.host_call(_transpose_into, tmp, dWh, H, NGH)
+        else:
+            LA.matmul(dGr, hp, dWh, 1, NGH, H, T * B, True, False, dtype)
         out[3] = dWh
     out[4], out[5] = dh0, dc0
     return out
