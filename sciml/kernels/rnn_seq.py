@@ -279,7 +279,34 @@ _MIN_ALIGNED = backend.ALIGN_MIN_BYTES // 4  # elements: backend buffers this bi
 
 def _empty(n, dtype, alloc=backend.empty):
     """A buffer of at least ``n`` elements (on CPU at least 64 KB, so that the wide vector kernels may use it)."""
-    return alloc(max(n, _MIN_ALIGNED) if backend.on_host() else n, dtype)
+    n = max(n, _MIN_ALIGNED) if backend.on_host() else n
+    return buf(n, dtype) if alloc is backend.empty else alloc(n, dtype)
+
+
+# Host buffers reused across calls. A training step allocates ~20 MB here (the saved gates and states, the gate
+# cotangents, copies of the weights); fresh large numpy buffers come from mmap, and their first touch faults in
+# every page again: ~2300 page faults and 1-12 ms of system time per step of the benchmark's LSTM (the more, the
+# busier the machine), against none when a buffer of the same size is handed out again.
+POOL_PER_SIZE = 3   # buffers kept per (size, dtype)
+_POOL: dict = {}
+runtime.on_shutdown(_POOL.clear)
+
+
+def buf(n, dtype):
+    """An uninitialised flat buffer of exactly ``n`` elements (``backend.empty``); on CPU outside sciml.jit's
+    tracing, one this module handed out before and nobody else holds any more (no array, no view of it) when
+    there is one: ``sys.getrefcount`` is 2 for a buffer only the pool's list holds."""
+    if not backend.on_host() or C.TRACE[0] is not None or n * 4 < backend.ALIGN_MIN_BYTES:
+        return backend.empty(n, dtype)
+    import sys
+    lst = _POOL.setdefault((n, dtype), [])
+    for i in range(len(lst)):
+        if sys.getrefcount(lst[i]) == 2:
+            return lst[i]
+    b = backend.empty(n, dtype)
+    if len(lst) < POOL_PER_SIZE:
+        lst.append(b)
+    return b
 
 
 def forward(kind, X, W_ih, bias, W_hh, h0, c0, T, B, I, H, reverse, ybs, yts, dtype):
@@ -291,11 +318,11 @@ def forward(kind, X, W_ih, bias, W_hh, h0, c0, T, B, I, H, reverse, ybs, yts, dt
     host = backend.on_host()
     nY, BH = T * B * H, B * H
     lstm = kind == "LSTM"
-    P = backend.empty(nY + (2 if lstm else 1) * BH, dtype)
-    G = backend.empty(T * B * NGH, dtype)
-    Hs = backend.empty((T + 1) * BH, dtype)
-    Cs = backend.empty((T + 1) * BH, dtype) if lstm else _zeros(16, dtype)
-    S = backend.empty(T * B * NGH, dtype) if kind == "GRU" else _zeros(16, dtype)
+    P = buf(nY + (2 if lstm else 1) * BH, dtype)
+    G = buf(T * B * NGH, dtype)
+    Hs = buf((T + 1) * BH, dtype)
+    Cs = buf((T + 1) * BH, dtype) if lstm else _zeros(16, dtype)
+    S = buf(T * B * NGH, dtype) if kind == "GRU" else _zeros(16, dtype)
     r = 1 if reverse else 0
     R.copy(h0, 0, Hs, r * T * BH, BH, dtype)
     if lstm:
@@ -336,8 +363,8 @@ def backward(kind, gP, X, W_ih, W_hh, saved, T, B, I, H, reverse, ybs, yts, dtyp
     lstm, gru = kind == "LSTM", kind == "GRU"
     G, S, Hs, Cs = saved["G"], saved["S"], saved["Hs"], saved["Cs"]
     r = 1 if reverse else 0
-    dG = backend.empty(T * B * NGH, dtype)
-    dS = backend.empty(T * B * NGH, dtype) if gru else _zeros(16, dtype)
+    dG = buf(T * B * NGH, dtype)
+    dS = buf(T * B * NGH, dtype) if gru else _zeros(16, dtype)
     L = None
     if lstm and dtype == "float32" and backend.on_host():
         if C.address(gP) & 63:  # the cotangent aligned for the vectors
@@ -384,13 +411,13 @@ def _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh0, dc
     dGr = dS if gru else dG
     out = [None] * 6
     if need[0]:
-        dX = backend.empty(T * B * I, dtype)
+        dX = buf(T * B * I, dtype)
         LA.matmul(dG, W_ih, dX, 1, T * B, I, NGH, False, False, dtype)
         out[0] = dX
     if need[1] and dW_ih is not None:
         out[1] = dW_ih
     elif need[1]:
-        dW = backend.empty(NGH * I, dtype)
+        dW = buf(NGH * I, dtype)
         if I == 1:  # (1, NGH) = x^T dG is the same memory, and BLAS runs it as one pass over dG's rows
             LA.matmul(X, dG, dW, 1, 1, NGH, T * B, True, False, dtype)
         else:
@@ -401,24 +428,24 @@ def _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh0, dc
     elif need[2]:  # column sums of dG (GRU: and of dS) as 1^T dG: one GEMM pass (5x faster than the reduction here)
         import numpy as np
         ones = backend.from_numpy(np.ones(T * B), dtype)
-        db = backend.empty(2 * NGH if gru else NGH, dtype)
+        db = buf(2 * NGH if gru else NGH, dtype)
         LA.matmul(ones, dG, db, 1, 1, NGH, T * B, False, False, dtype)
         if gru:
-            dbh = backend.empty(NGH, dtype)
+            dbh = buf(NGH, dtype)
             LA.matmul(ones, dS, dbh, 1, 1, NGH, T * B, False, False, dtype)
             R.copy(dbh, 0, db, NGH, NGH, dtype)
         out[2] = db
     if need[3]:
-        dWh = backend.empty(NGH * H, dtype)
+        dWh = buf(NGH * H, dtype)
         hp = Hs
         if r:
             if host:
                 hp = Hs[BH:]
             else:
-                hp = backend.empty(nY, dtype)
+                hp = buf(nY, dtype)
                 R.copy(Hs, BH, hp, 0, nY, dtype)
         if host:  # (H, NGH) = hp^T dG, then transposed: 10-15% faster in OpenBLAS than dG^T hp (512 x 128 x 3200)
-            tmp = backend.empty(NGH * H, dtype)
+            tmp = buf(NGH * H, dtype)
             LA.matmul(hp, dGr, tmp, 1, H, NGH, T * B, True, False, dtype)
             C.host_call(_transpose_into, tmp, dWh, H, NGH)
         else:
