@@ -11,13 +11,22 @@ host's lanes, ``_vec.py``) fused with the cell:
   the four gates' weights of one k lie in one row), then the input term (input size 1: the rank-1 ``x_t W_ih^T``
   right here; else the slot ``G[t]`` that one BLAS GEMM over all steps filled), the biases, the gates, c and h,
   and the output written into its final layout;
-* backward: per step the cell adjoints (the cotangent of h_t: the carried ``dh`` plus the output's; the bias
-  and, for input size 1, the input-weight gradients summed over the batch in registers), then
-  ``dh_prev = dG_t W_hh`` as tiles of RB rows x 4 vectors (after the last step only when dh0 is wanted). The
-  weight GEMM ``dW_hh = sum_t dG_t^T h_{t-1}`` (and ``dx``, ``dW_ih`` for wider inputs) stays one BLAS GEMM
-  over all steps (``rnn_seq._weight_grads``): summing it step by step here was slower (41 vs 35 ms, the Taichi
-  tiles run without FMA), and so was one accumulating GEMM per chunk of 16 steps with dG kept in cache (39-41 vs
+* backward: the cell adjoints of step t (the cotangent of h_t: the recurrent part plus the output's; the bias
+  and, for input size 1, the input-weight gradients summed over the batch into db / dW_ih) run in the epilogue
+  of the register tiles of ``dh_t = dG_{t+1} W_hh`` (RB rows x 4 vectors), so the recurrent cotangent never
+  leaves the registers and the loads of step t's saved gates overlap the GEMM's arithmetic (``FUSED_BWD``; else
+  one pass over the batch rows in memory order per step, then the GEMM into a buffer: 14.0 vs 12.3 ms here). The
+  weight GEMM ``dW_hh = sum_t dG_t^T h_{t-1}`` (and ``dx``, ``dW_ih`` for wider inputs) stays one BLAS GEMM over
+  all steps (``rnn_seq._weight_grads``): summing it step by step here was slower (41 vs 35 ms, the Taichi tiles
+  run without FMA), and so was one accumulating GEMM per chunk of 16 steps with dG kept in cache (39-41 vs
   37-39 ms).
+
+Where the time goes (perf on the benchmark's step, 2-vCPU Xeon with AVX-512, one thread, T=100, B=32, H=128,
+I=1): the recurrent GEMMs are arithmetic-bound, 32 vector multiplies and adds per k and tile on what measures as
+one 512-bit FP pipe (OpenBLAS, with FMA, reaches 94 GFLOP/s on 1024^3; these tiles ~49 without it, the ceiling
+for separate multiply and add), ~8.5 ms each way; the forward cell (five rational tanh) ~2-3.5 ms; the backward
+cell adjoints ~7 ms while they walked the batch rows with a 2 KB stride for each vector of units (memory-latency
+bound: the samples sat on the loads of the saved gates); in memory order and then fused they cost 5.9 ms less.
 
 Buffers, layouts and the slots a step reads and writes are those of ``rnn_seq.py`` (G, Hs, Cs, P), so either
 backward reads what either forward saved. On devices, in float64, for the GRU and the Elman RNN, and where H or
@@ -25,7 +34,8 @@ the buffers do not fit the vectors, ``rnn_seq.py``'s per-step path runs. Derivat
 the composed recurrence as before (``models/_rnn_fused.py``).
 
 Measured (2-vCPU Xeon with AVX-512, one thread, T=100, B=32, H=128, I=1, process CPU time at load average 18-22):
-forward 18.5-20 -> 11-12 ms, backward (with the dW_hh GEMM) 27-35 -> 22-23 ms.
+forward 18.5-20 -> 11-12 ms, backward (with the dW_hh GEMM) 27-35 -> 22-23 ms; then (load 7-10) the backward
+kernel 18.2 -> 14.2 (cell adjoints in memory order) -> 12.3 ms (fused into the dh tiles).
 """
 from . import _common as C
 from . import _vec as V
