@@ -21,6 +21,9 @@ else 4; ``_vec.py``). The LSTM in float32 on CPU runs instead the whole step loo
 (``lstm_host.py``: the recurrent GEMM as vector register tiles fused with the cell), on the same buffers; the
 per-step path here stays for devices, float64, the GRU and the Elman RNN, and where the vectors do not fit.
 """
+import sys
+import threading
+
 from . import _common as C
 from . import lstm_host as LH
 from . import recurrent as R
@@ -287,26 +290,52 @@ def _empty(n, dtype, alloc=backend.empty):
 # cotangents, copies of the weights); fresh large numpy buffers come from mmap, and their first touch faults in
 # every page again: ~2300 page faults and 1-12 ms of system time per step of the benchmark's LSTM (the more, the
 # busier the machine), against none when a buffer of the same size is handed out again.
-POOL_PER_SIZE = 3   # buffers kept per (size, dtype)
-_POOL: dict = {}
-runtime.on_shutdown(_POOL.clear)
+POOL_PER_SIZE = 3          # buffers kept per (size, dtype)
+POOL_MAX_BYTES = 256 << 20  # all sizes together; past it the free buffers of the least recently asked sizes go
+_POOL: dict = {}            # (n, dtype) -> [buffers]; the most recently asked size last
+_POOL_BYTES = [0]
+_POOL_LOCK = threading.Lock()
+
+
+def _pool_clear():
+    _POOL.clear()
+    _POOL_BYTES[0] = 0
+
+
+runtime.on_shutdown(_pool_clear)
 
 
 def buf(n, dtype):
     """An uninitialised flat buffer of exactly ``n`` elements (``backend.empty``); on CPU outside sciml.jit's
     tracing, one this module handed out before and nobody else holds any more (no array, no view of it) when
-    there is one: ``sys.getrefcount`` is 2 for a buffer only the pool's list holds."""
-    if not backend.on_host() or C.TRACE[0] is not None or n * 4 < backend.ALIGN_MIN_BYTES:
+    there is one."""
+    if not backend.on_host() or C.TRACE[0] is not None or n * 8 < backend.ALIGN_MIN_BYTES:
         return backend.empty(n, dtype)
-    import sys
-    lst = _POOL.setdefault((n, dtype), [])
-    for i in range(len(lst)):
-        if sys.getrefcount(lst[i]) == 2:
-            return lst[i]
-    b = backend.empty(n, dtype)
-    if len(lst) < POOL_PER_SIZE:
-        lst.append(b)
-    return b
+    key = (n, dtype)
+    with _POOL_LOCK:  # threads: a buffer is taken (a reference held) before another thread looks at it
+        lst = _POOL.pop(key, [])
+        _POOL[key] = lst
+        for b in lst:
+            if sys.getrefcount(b) == 3:  # held by the list, ``b`` and the call's argument only
+                return b
+        b = backend.empty(n, dtype)
+        if len(lst) >= POOL_PER_SIZE:
+            return b
+        nb = b.nbytes
+        for k in list(_POOL):  # over the cap: let go of free buffers, least recently asked sizes first
+            if _POOL_BYTES[0] + nb <= POOL_MAX_BYTES or k == key:
+                break
+            old = _POOL[k]
+            for i in range(len(old) - 1, -1, -1):
+                if sys.getrefcount(old[i]) == 2:
+                    _POOL_BYTES[0] -= old[i].nbytes
+                    del old[i]
+            if not old:
+                del _POOL[k]
+        if _POOL_BYTES[0] + nb <= POOL_MAX_BYTES:
+            lst.append(b)
+            _POOL_BYTES[0] += nb
+        return b
 
 
 def forward(kind, X, W_ih, bias, W_hh, h0, c0, T, B, I, H, reverse, ybs, yts, dtype):

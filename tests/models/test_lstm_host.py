@@ -201,3 +201,14 @@ def test_host_buffers_are_reused_only_when_free():
     y2 = m(x2)[0]
     np.testing.assert_array_equal(y1.numpy(), keep)
     assert not np.array_equal(y2.numpy(), keep)
+
+
+def test_host_buffer_pool_stays_under_its_cap(monkeypatch):
+    from sciml.kernels import rnn_seq as RS
+    monkeypatch.setattr(RS, "POOL_MAX_BYTES", 3 << 20)
+    monkeypatch.setattr(RS, "_POOL", {})  # a fresh pool: other tests' buffers may still be held
+    monkeypatch.setattr(RS, "_POOL_BYTES", [0])
+    for k in range(12):  # 12 sizes of ~0.5 MB, each freed at once: the pool keeps at most 3 MB of them
+        RS.buf(131072 + 16 * k, "float32")
+        assert RS._POOL_BYTES[0] <= 3 << 20
+    assert RS._POOL_BYTES[0] == sum(b.nbytes for lst in RS._POOL.values() for b in lst)
