@@ -11,13 +11,22 @@ host's lanes, ``_vec.py``) fused with the cell:
   the four gates' weights of one k lie in one row), then the input term (input size 1: the rank-1 ``x_t W_ih^T``
   right here; else the slot ``G[t]`` that one BLAS GEMM over all steps filled), the biases, the gates, c and h,
   and the output written into its final layout;
-* backward: per step the cell adjoints (the cotangent of h_t: the carried ``dh`` plus the output's; the bias
-  and, for input size 1, the input-weight gradients summed over the batch in registers), then
-  ``dh_prev = dG_t W_hh`` as tiles of RB rows x 4 vectors (after the last step only when dh0 is wanted). The
-  weight GEMM ``dW_hh = sum_t dG_t^T h_{t-1}`` (and ``dx``, ``dW_ih`` for wider inputs) stays one BLAS GEMM
-  over all steps (``rnn_seq._weight_grads``): summing it step by step here was slower (41 vs 35 ms, the Taichi
-  tiles run without FMA), and so was one accumulating GEMM per chunk of 16 steps with dG kept in cache (39-41 vs
+* backward: the cell adjoints of step t (the cotangent of h_t: the recurrent part plus the output's; the bias
+  and, for input size 1, the input-weight gradients summed over the batch into db / dW_ih) run in the epilogue
+  of the register tiles of ``dh_t = dG_{t+1} W_hh`` (RB rows x 4 vectors), so the recurrent cotangent never
+  leaves the registers and the loads of step t's saved gates overlap the GEMM's arithmetic (``FUSED_BWD``; else
+  one pass over the batch rows in memory order per step, then the GEMM into a buffer: 14.0 vs 12.3 ms here). The
+  weight GEMM ``dW_hh = sum_t dG_t^T h_{t-1}`` (and ``dx``, ``dW_ih`` for wider inputs) stays one BLAS GEMM over
+  all steps (``rnn_seq._weight_grads``): summing it step by step here was slower (41 vs 35 ms, the Taichi tiles
+  run without FMA), and so was one accumulating GEMM per chunk of 16 steps with dG kept in cache (39-41 vs
   37-39 ms).
+
+Where the time goes (perf on the benchmark's step, 2-vCPU Xeon with AVX-512, one thread, T=100, B=32, H=128,
+I=1): the recurrent GEMMs are arithmetic-bound, 32 vector multiplies and adds per k and tile on what measures as
+one 512-bit FP pipe (OpenBLAS, with FMA, reaches 94 GFLOP/s on 1024^3; these tiles ~49 without it, the ceiling
+for separate multiply and add), ~8.5 ms each way; the forward cell (five rational tanh) ~2-3.5 ms; the backward
+cell adjoints ~7 ms while they walked the batch rows with a 2 KB stride for each vector of units (memory-latency
+bound: the samples sat on the loads of the saved gates); in memory order and then fused they cost 5.9 ms less.
 
 Buffers, layouts and the slots a step reads and writes are those of ``rnn_seq.py`` (G, Hs, Cs, P), so either
 backward reads what either forward saved. On devices, in float64, for the GRU and the Elman RNN, and where H or
@@ -25,7 +34,8 @@ the buffers do not fit the vectors, ``rnn_seq.py``'s per-step path runs. Derivat
 the composed recurrence as before (``models/_rnn_fused.py``).
 
 Measured (2-vCPU Xeon with AVX-512, one thread, T=100, B=32, H=128, I=1, process CPU time at load average 18-22):
-forward 18.5-20 -> 11-12 ms, backward (with the dW_hh GEMM) 27-35 -> 22-23 ms.
+forward 18.5-20 -> 11-12 ms, backward (with the dW_hh GEMM) 27-35 -> 22-23 ms; then (load 7-10) the backward
+kernel 18.2 -> 14.2 (cell adjoints in memory order) -> 12.3 ms (fused into the dh tiles).
 """
 from . import _common as C
 from . import _vec as V
@@ -165,35 +175,32 @@ def _build_bwd(L, rank1):
                     t = q
                 prev = t + rev
                 new = t + 1 - rev
-                for jv in range(hv):  # the cell adjoints of step t (bias / W_ih sums over b in registers)
-                    sb = [ti.Vector([0.0] * L, dt=T_) for _g in ti.static(range(4))]
-                    sw = [ti.Vector([0.0] * L, dt=T_) for _g in ti.static(range(4 if rank1 else 0))]
-                    for b in range(B):
-                        g0 = (t * B + b) * g4 + jv
-                        p0 = (prev * B + b) * hv + jv
-                        n0 = (new * B + b) * hv + jv
+                for b in range(B):  # the cell adjoints of step t, in memory order (bias / W_ih sums in db, dwih)
+                    g1 = (t * B + b) * g4
+                    p1 = (prev * B + b) * hv
+                    n1 = (new * B + b) * hv
+                    y1 = b * ybs + t * yts
+                    xv = xs[t * B + b] if ti.static(rank1) else one
+                    for jv in range(hv):
+                        g0 = g1 + jv
+                        p0 = p1 + jv
+                        n0 = n1 + jv
                         r0 = b * hv + jv
                         gi = G[g0]
                         gf = G[g0 + hv]
                         gg = G[g0 + 2 * hv]
                         go = G[g0 + 3 * hv]
                         tc = tanh(Cv[n0])
-                        dh = DH[r0] + gP[b * ybs + t * yts + jv]
+                        dh = DH[r0] + gP[y1 + jv]
                         d = dc[r0] + dh * go * (one - tc * tc)
                         dgs = [d * gg * gi * (one - gi), d * Cv[p0] * gf * (one - gf), d * gi * (one - gg * gg),
                                dh * tc * go * (one - go)]
                         dc[r0] = d * gf
                         for g in ti.static(range(4)):
                             dG[g0 + g * hv] = dgs[g]
-                            sb[g] += dgs[g]
-                        if ti.static(rank1):
-                            xv = xs[t * B + b]
-                            for g in ti.static(range(4)):
-                                sw[g] += xv * dgs[g]
-                    for g in ti.static(range(4)):
-                        db[g * hv + jv] += sb[g]
-                        if ti.static(rank1):
-                            dwih[g * hv + jv] += sw[g]
+                            db[g * hv + jv] += dgs[g]
+                            if ti.static(rank1):
+                                dwih[g * hv + jv] += xv * dgs[g]
                 # dh_prev = dG_t W_hh: tiles of RB rows x NJ vectors (past the edges repeated, written once); after
                 # the last step only if dh0 is wanted
                 H4 = g4 * L
@@ -220,6 +227,105 @@ def _build_bwd(L, rank1):
                                 if b0 + r < B and j0 + j < hv:
                                     DH[(b0 + r) * hv + j0 + j] = acc[r][j]
     return k
+
+
+def _build_bwd_fused(L, rank1):
+    """The backward with the cell adjoints of step t in the epilogue of the tiles of ``dh = dG_{t+1} W_hh``: the
+    recurrent cotangent of h_t never leaves the registers, and the loads of step t's saved gates overlap the
+    GEMM's arithmetic."""
+    ti = C.ti()
+    RB, NJ = _tile(L), 4
+    T_ = ti.f32
+    tanh, _ = R._vec_funcs()
+    tp = ti.template()
+    AG, AC, AX, AP, ADH, Adc, AdG, AdGs, AW, Adb, Adw = _arrays(L, _BWD_VEC)
+
+    @ti.func
+    def adj(G: tp, Cv: tp, xs: tp, gP: tp, dc: tp, dG: tp, db: tp, dwih: tp, dhr, t, b, jv, B, hv, prev, new, ybs,
+            yts):
+        """The cell adjoint of (t, b, units jv) given the recurrent cotangent ``dhr`` of h_t."""
+        one = ti.cast(1, T_)
+        g0 = (t * B + b) * 4 * hv + jv
+        p0 = (prev * B + b) * hv + jv
+        n0 = (new * B + b) * hv + jv
+        r0 = b * hv + jv
+        gi = G[g0]
+        gf = G[g0 + hv]
+        gg = G[g0 + 2 * hv]
+        go = G[g0 + 3 * hv]
+        tc = tanh(Cv[n0])
+        dh = dhr + gP[b * ybs + t * yts + jv]
+        d = dc[r0] + dh * go * (one - tc * tc)
+        dgs = [d * gg * gi * (one - gi), d * Cv[p0] * gf * (one - gf), d * gi * (one - gg * gg),
+               dh * tc * go * (one - go)]
+        dc[r0] = d * gf
+        for g in ti.static(range(4)):
+            dG[g0 + g * hv] = dgs[g]
+            db[g * hv + jv] += dgs[g]
+        if ti.static(rank1):
+            xv = xs[t * B + b]
+            for g in ti.static(range(4)):
+                dwih[g * hv + jv] += xv * dgs[g]
+
+    @ti.kernel
+    def k(G: AG, Cv: AC, xs: AX, gP: AP, DH: ADH, dc: Adc, dG: AdG, dGs: AdGs, W: AW, db: Adb, dwih: Adw,
+          T: ti.i32, B: ti.i32, hv: ti.i32, rev: ti.i32, ybs: ti.i32, yts: ti.i32, tail: ti.i32, need0: ti.i32):
+        ti.loop_config(serialize=True)
+        for _ in range(1):  # one serial task: the steps run in order
+            z = ti.Vector([0.0] * L, dt=T_)
+            g4 = 4 * hv
+            H4 = g4 * L
+            BH = B * hv
+            for i in range(BH):  # the cotangent of c_T
+                dc[i] = gP[tail + BH + i]
+            for i in range(g4):
+                db[i] = z
+                dwih[i] = z
+            t = T - 1  # the last step: its recurrent cotangent is that of h_T
+            if rev != 0:
+                t = 0
+            for b in range(B):
+                for jv in range(hv):
+                    adj(G, Cv, xs, gP, dc, dG, db, dwih, gP[tail + b * hv + jv], t, b, jv, B, hv, t + rev,
+                        t + 1 - rev, ybs, yts)
+            # step q: dh_t = dG_{tn} W_hh (tn the step after t in the direction), tiles of RB rows x NJ vectors
+            # (past the edges repeated, used once), then the cell adjoints of t on the tile; q == T: dh0 only
+            nq = T
+            if need0 != 0:
+                nq = T + 1
+            for q in range(1, nq):
+                tn = T - q
+                t = T - 1 - q
+                if rev != 0:
+                    tn = q - 1
+                    t = q
+                for bt in range((B + RB - 1) // RB):
+                    b0 = bt * RB
+                    dr = [(tn * B + ti.min(b0 + r, B - 1)) * H4 for r in ti.static(range(RB))]
+                    for jt in range((hv + NJ - 1) // NJ):
+                        j0 = jt * NJ
+                        js = [ti.min(j0 + j, hv - 1) for j in ti.static(range(NJ))]
+                        acc = [[ti.Vector([0.0] * L, dt=T_) for _j in ti.static(range(NJ))]
+                               for _r in ti.static(range(RB))]
+                        for kk in range(H4):
+                            w = kk * hv
+                            ws = [W[w + js[j]] for j in ti.static(range(NJ))]
+                            for r in ti.static(range(RB)):
+                                x = dGs[dr[r] + kk]
+                                for j in ti.static(range(NJ)):
+                                    acc[r][j] += x * ws[j]
+                        for r in ti.static(range(RB)):
+                            for j in ti.static(range(NJ)):
+                                if b0 + r < B and j0 + j < hv:
+                                    if q == T:
+                                        DH[(b0 + r) * hv + j0 + j] = acc[r][j]
+                                    else:
+                                        adj(G, Cv, xs, gP, dc, dG, db, dwih, acc[r][j], t, b0 + r, j0 + j, B, hv,
+                                            t + rev, t + 1 - rev, ybs, yts)
+    return k
+
+
+FUSED_BWD = True  # False: the cell adjoints of a step as their own pass before its dh GEMM (_build_bwd)
 
 
 def _transpose(W, WT, n, m):
@@ -265,7 +371,8 @@ def backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, need_h0, L):
     DH, dc = _empty(BH, "float32"), _empty(BH, "float32")
     db, dw = _empty(NGH, "float32"), _empty(NGH, "float32")
     hv = H // L
-    _launch(("lstm_host", "bwd", L, rank1), lambda: _build_bwd(L, rank1), L, _BWD_VEC,
+    build = _build_bwd_fused if FUSED_BWD else _build_bwd
+    _launch(("lstm_host", "bwd", L, rank1, FUSED_BWD), lambda: build(L, rank1), L, _BWD_VEC,
             [G, Cs, X, gP, DH, dc, dG, dG, W, db, dw],
             [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv, int(bool(need_h0))])
     return (DH[:BH] if need_h0 else None), dc[:BH], db[:NGH], (dw[:NGH] if rank1 else None)

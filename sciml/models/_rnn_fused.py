@@ -155,7 +155,7 @@ def _unpart_fwd(g, start, total):
         out = backend.zeros(total, g.dtype)
         KR.copy(g._buf, 0, out, start, n, g.dtype)
         return out, (total,), g.dtype
-    out = backend.empty(total, g.dtype)
+    out = K.buf(total, g.dtype)
     zero = backend.zeros(max(start, total - start - n), g.dtype)
     KR.copy(zero, 0, out, 0, start, g.dtype)
     KR.copy(g._buf, 0, out, start, n, g.dtype)

@@ -158,3 +158,57 @@ def test_under_jit_replays_as_eager(calls):
         for n in g1:
             np.testing.assert_allclose(g2[n].numpy(), g1[n].numpy(), rtol=1e-5, atol=1e-7, err_msg=n)
     assert jitted.stats["replays"] >= 1 and calls["fwd"] >= 2
+
+
+@pytest.mark.parametrize("rev", [False, True])
+def test_fused_backward_equals_separate_cell_pass(rev, calls, monkeypatch):
+    """FUSED_BWD (the cell adjoints of step t in the epilogue of the dh tiles of step t+1) against the separate
+    pass per step, with partial register tiles (B = 7, H / 16 = 10) and dh0 wanted and not."""
+    args = _args(16, 7, 1, 160, seed=11)
+    u = np.random.default_rng(2).standard_normal(16 * 7 * 160 + 2 * 7 * 160)
+    kw = dict(reverse=rev, batch_first=True)
+    got = {}
+    for fused in (True, False):
+        monkeypatch.setattr(LH, "FUSED_BWD", fused)
+        got[fused] = _run(args, kw, sm.tensor(u, "float32"))
+        P, pull = sm.vjp(lambda *t: rnn_layer(*t[:4], args[4], t[4], kind="LSTM", **kw), *args[:4], args[5])
+        got[fused, "no dh0"] = [P.numpy()] + [g.numpy() for g in pull(sm.tensor(u, "float32"))]
+    assert calls["bwd"] == 4
+    for a, b in zip(got[True] + got[True, "no dh0"], got[False] + got[False, "no dh0"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6 * max(1.0, np.abs(b).max()))
+
+
+def test_host_buffers_are_reused_only_when_free():
+    from sciml.kernels import rnn_seq as RS
+    n = backend.ALIGN_MIN_BYTES // 4 * 3 + 16  # float32 elements: a size nothing else asks for
+    a = RS.buf(n, "float32")
+    b = RS.buf(n, "float32")
+    assert a is not b  # a is held
+    v = a[10:20]
+    del a
+    c = RS.buf(n, "float32")
+    assert c is not v.base and c is not b  # a view keeps its buffer out of the pool
+    first = id(v.base)
+    del v
+    d = RS.buf(n, "float32")
+    assert id(d) == first and d.size == n and backend._address(d) % 64 == 0  # free again: handed out again
+    # an output kept by the caller is not overwritten by the next call of the same shape
+    m = LSTM(1, 32, batch_first=True, dtype="float32", seed=1)
+    r = np.random.default_rng(4)
+    x1, x2 = (sm.tensor(r.standard_normal((8, 70, 1)), "float32") for _ in range(2))
+    y1 = m(x1)[0]
+    keep = y1.numpy().copy()
+    y2 = m(x2)[0]
+    np.testing.assert_array_equal(y1.numpy(), keep)
+    assert not np.array_equal(y2.numpy(), keep)
+
+
+def test_host_buffer_pool_stays_under_its_cap(monkeypatch):
+    from sciml.kernels import rnn_seq as RS
+    monkeypatch.setattr(RS, "POOL_MAX_BYTES", 3 << 20)
+    monkeypatch.setattr(RS, "_POOL", {})  # a fresh pool: other tests' buffers may still be held
+    monkeypatch.setattr(RS, "_POOL_BYTES", [0])
+    for k in range(12):  # 12 sizes of ~0.5 MB, each freed at once: the pool keeps at most 3 MB of them
+        RS.buf(131072 + 16 * k, "float32")
+        assert RS._POOL_BYTES[0] <= 3 << 20
+    assert RS._POOL_BYTES[0] == sum(b.nbytes for lst in RS._POOL.values() for b in lst)
