@@ -105,3 +105,106 @@ def pool2d(x, mode, k, s, p, composed):
     Ho = (x.shape[2] + 2 * p[0] - k[0]) // s[0] + 1
     Wo = (x.shape[3] + 2 * p[1] - k[1]) // s[1] + 1
     return _pool(x, mode=mode, k=tuple(k), s=tuple(s), p=tuple(p), out_hw=(Ho, Wo), composed=composed)
+
+
+# --- Conv2d -> ReLU -> MaxPool2d(k) (windows tiling the image): the epilogue with a max-pool tail, one kernel
+# forward and one backward (sciml/kernels/nn_conv.py); the rules' recorded / forward-mode paths compose
+# conv_epilogue_composed and max_pool2d.
+def conv_epilogue_pool_composed(y, b, shape, relu, k):
+    from .conv import max_pool2d
+    return max_pool2d(conv_epilogue_composed(y, b, shape, relu), k)
+
+
+def _ep_fwd(y, b, shape, relu, k):
+    N, H, W = shape
+    O = b.shape[0]
+    Ho, Wo = H // k[0], W // k[1]
+    out = backend.empty(max(N * O * Ho * Wo, 1), y.dtype)
+    if y.size:
+        K.conv_epilogue_pool(y._buf, b._buf, out, N, H, W, O, k, y.dtype, relu)
+    return out, (N, O, Ho, Wo), y.dtype
+
+
+_epi_pool = Primitive("conv_epilogue_pool", _ep_fwd)
+
+
+@_epi_pool.def_vjp
+def _ep_vjp(g, y, b, out, shape, relu, k):
+    if is_grad_enabled() or any(t._tangents for t in (g, y, b, out)):
+        from ..autodiff.transforms import vjp
+        _, pull = vjp(lambda y, b: conv_epilogue_pool_composed(y, b, shape, relu, k), y, b)
+        return tuple(pull(g, create_graph=is_grad_enabled()))
+    N, H, W = shape
+    O, dt = b.shape[0], y.dtype
+    gy = backend.empty(max(y.size, 1), dt)
+    gb = backend.empty(O, dt)
+    if y.size:
+        K.conv_epilogue_pool_vjp(g._buf, y._buf, b._buf, gy, gb, N, H, W, O, k, dt, relu)
+    else:
+        gb = backend.zeros(O, dt)
+    return (Tensor._make(gy, y.shape, dt) if needs(0) else None, Tensor._make(gb, b.shape, dt) if needs(1) else None)
+
+
+@_epi_pool.def_jvp
+def _ep_jvp(ts, y, b, out, shape, relu, k):
+    from ..autodiff.transforms import jvp
+    ts = tuple(zeros(v.shape, v.dtype) if t is None else t for v, t in zip((y, b), ts))
+    return jvp(lambda y, b: conv_epilogue_pool_composed(y, b, shape, relu, k), (y, b), ts)[1]
+
+
+def conv_epilogue_pool(y, b, shape, relu, k):
+    """max_pool2d(conv_epilogue(y, b, shape, relu), k) with kh x kw windows tiling the (Ho, Wo) = shape[1:] image
+    (stride = kernel, no padding, sizes divisible), in one kernel forward and one backward."""
+    return _epi_pool(y, b, shape=tuple(shape), relu=bool(relu), k=tuple(k))
+
+
+def tiling_pool(layer, hw):
+    """(kh, kw) when ``layer`` is exactly a MaxPool2d whose windows tile an image of size hw (stride = kernel,
+    no padding, hw divisible), else None."""
+    from .conv import MaxPool2d
+    if type(layer) is not MaxPool2d:
+        return None
+    try:
+        k = _as_pair(layer.kernel_size)
+        s = k if layer.stride is None else _as_pair(layer.stride)
+        p = _as_pair(layer.padding)
+    except (TypeError, ValueError):
+        return None
+    if s != k or p != (0, 0) or hw[0] % k[0] or hw[1] % k[1] or k[0] < 1 or k[1] < 1:
+        return None
+    return k
+
+
+def _as_pair(v):
+    t = (int(v), int(v)) if isinstance(v, int) else tuple(int(a) for a in v)
+    if len(t) != 2:
+        raise ValueError
+    return t
+
+
+def relu_pool(layer, x, pool):
+    """Sequential's ``layer -> ReLU -> pool`` in fused kernels: Conv2d (bias epilogue, ReLU and max-pool in one
+    kernel) or BatchNorm2d in training mode (statistics, normalisation, ReLU and max-pool in one kernel); None
+    when ``pool`` is not a MaxPool2d whose windows tile the image or the layer's fused path does not apply."""
+    from .conv import Conv2d
+    from .norm import BatchNorm2d
+    t = type(layer)
+    if t is Conv2d:
+        if layer.bias is None:
+            return None
+        y, used = _conv2d_pool(layer, x, pool)
+        return y if used else _finish_pool(y, pool)
+    if t is BatchNorm2d and x.ndim == 4:
+        k = tiling_pool(pool, x.shape[2:])
+        return layer._forward_pool(x, True, k) if k is not None else None
+    return None
+
+
+def _conv2d_pool(layer, x, pool):
+    from .conv import _conv2d
+    return _conv2d(layer._check_x(x), layer.weight, layer.bias, layer.stride, layer.padding, layer.dilation,
+                   layer.groups, relu=True, pool=pool)
+
+
+def _finish_pool(y, pool):
+    return pool(y)

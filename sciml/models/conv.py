@@ -34,8 +34,10 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _conv2d(x, weight, bias, stride, padding, dilation, groups)
 
 
-def _conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, relu=False):
-    """conv2d, then ReLU when ``relu`` (fused into the bias epilogue kernel: Sequential's Conv2d -> ReLU)."""
+def _conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, relu=False, pool=None):
+    """conv2d, then ReLU when ``relu`` (fused into the bias epilogue kernel: Sequential's Conv2d -> ReLU); ``pool``:
+    a layer that may follow (Sequential's Conv2d -> ReLU -> MaxPool2d): when it is a max-pool whose windows tile
+    the output, it is applied in the same epilogue kernel and the result is ``(y, True)``, else ``(y, False)``."""
     x, weight = as_tensor(x), as_tensor(weight)
     if x.ndim != 4:
         raise ValueError(f"conv2d: x has shape {x.shape}; expected (N, C, H, W).")
@@ -67,14 +69,18 @@ def _conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, rel
     if bias is not None:
         bias = as_tensor(bias, y.dtype)
         if bias.dtype == y.dtype and bias.shape == (O,):  # bias + NHWC -> NCHW in one kernel (adjoint: one)
-            from ._conv_fused import conv_epilogue
-            return conv_epilogue(y, bias, (N, Ho, Wo), relu)
+            from ._conv_fused import conv_epilogue, conv_epilogue_pool, tiling_pool
+            k = tiling_pool(pool, (Ho, Wo)) if pool is not None else None
+            if k is not None:                               # ... and the max-pool too
+                return conv_epilogue_pool(y, bias, (N, Ho, Wo), relu, k), True
+            y = conv_epilogue(y, bias, (N, Ho, Wo), relu)
+            return (y, False) if pool is not None else y
         y = bias_act(y, bias, "identity")
     y = transpose(reshape(y, (N, Ho, Wo, O)), (0, 3, 1, 2))
     if relu:
         from ..autodiff.ops import relu as _relu
         y = _relu(y)
-    return y
+    return (y, False) if pool is not None else y
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

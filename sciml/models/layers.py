@@ -155,6 +155,13 @@ class Sequential(Module):
         while i < n:
             layer = layers[i]
             if i + 1 < n and type(layer) in _RELU_FUSED and _is_relu(layers[i + 1]):
+                if i + 2 < n:   # -> ReLU -> MaxPool2d: the pooling in the same kernels (models/_conv_fused.py)
+                    from ._conv_fused import relu_pool
+                    y = relu_pool(layer, x, layers[i + 2])
+                    if y is not None:
+                        x = y
+                        i += 3
+                        continue
                 y = _RELU_FUSED[type(layer)](layer, x)
                 if y is not None:
                     x = y
