@@ -208,3 +208,124 @@ def _conv2d_pool(layer, x, pool):
 
 def _finish_pool(y, pool):
     return pool(y)
+
+
+# --- Conv2d -> BatchNorm2d (training) -> ReLU -> MaxPool2d from the GEMM rows: one primitive, one kernel forward and
+# one backward on CPU (kernels/conv_bn.py, channel vectors); elsewhere (devices, odd channel counts) the conv
+# epilogue kernel then the pooled batch-norm kernel, and their adjoints.
+def conv_bn_pool_composed(y, cb, w, b, shape, eps, relu, k):
+    from ._norm_fused import batch_norm_composed
+    from .conv import max_pool2d
+    return max_pool2d(batch_norm_composed(conv_epilogue_composed(y, cb, shape), w, b, eps, relu), k)
+
+
+def _cbp_fwd(y, cb, w, b, shape, eps, momentum, running, saved, relu, k):
+    from ..kernels import conv_bn as KB
+    from ..kernels import norm as KN
+    N, H, W = shape
+    O, dt = cb.shape[0], y.dtype
+    Ho, Wo = H // k[0], W // k[1]
+    out = backend.empty(N * O * Ho * Wo, dt)
+    mu, var = backend.empty(O, dt), backend.empty(O, dt)
+    rm, rv = (running[0]._buf, running[1]._buf) if running is not None else (mu, var)
+    lp = KB.lanes((y._buf, cb._buf, w._buf, b._buf, out, mu, var, rm, rv), O, dt)
+    if lp is not None:
+        KB.conv_bn_pool(lp, y._buf, cb._buf, w._buf, b._buf, out, mu, var, rm, rv, N, H, W, O, k, float(eps),
+                        float(momentum), running is not None, dt, relu)
+    else:
+        x = backend.empty(y.size, dt)
+        K.conv_epilogue(y._buf, cb._buf, x, N, H * W, O, dt)
+        KN.batch_norm_fwd(x, w._buf, b._buf, out, mu, var, rm, rv, N, O, H * W, float(eps), float(momentum),
+                          running is not None, dt, relu, k, W)
+        saved["x"] = x
+    saved["mean"], saved["var"] = mu, var
+    return out, (N, O, Ho, Wo), dt
+
+
+_cbp = Primitive("conv_bn_pool", _cbp_fwd)
+
+
+@_cbp.def_vjp
+def _cbp_vjp(g, y, cb, w, b, out, shape, eps, momentum, running, saved, relu, k):
+    if is_grad_enabled() or any(t._tangents for t in (g, y, cb, w, b, out)):
+        from ..autodiff.transforms import vjp
+        _, pull = vjp(lambda *a: conv_bn_pool_composed(*a, shape, eps, relu, k), y, cb, w, b)
+        return tuple(pull(g, create_graph=is_grad_enabled()))
+    from ..kernels import conv_bn as KB
+    from ..kernels import norm as KN
+    N, H, W = shape
+    O, dt = cb.shape[0], y.dtype
+    gy = backend.empty(y.size, dt)
+    gcb, gw, gb = backend.empty(O, dt), backend.empty(O, dt), backend.empty(O, dt)
+    mu, var = saved["mean"], saved["var"]
+    lp = KB.lanes((g._buf, y._buf, cb._buf, w._buf, b._buf, mu, var, gy, gcb, gw, gb), O, dt) \
+        if "x" not in saved else None
+    if lp is not None:
+        KB.conv_bn_pool_vjp(lp, g._buf, y._buf, cb._buf, w._buf, b._buf, mu, var, gy, gcb, gw, gb, N, H, W, O, k,
+                            float(eps), dt, relu)
+    else:
+        x = saved.get("x")
+        if x is None:
+            x = backend.empty(y.size, dt)
+            K.conv_epilogue(y._buf, cb._buf, x, N, H * W, O, dt)
+        gx = backend.empty(y.size, dt)
+        KN.batch_norm_bwd_pool(x, g._buf, w._buf, b._buf, mu, var, gx, gw, gb, N, O, H * W, float(eps), dt, True,
+                               relu, k, W)
+        K.conv_epilogue_vjp(gx, gy, gcb, N, H * W, O, dt)
+    mk = lambda buf, t, i: Tensor._make(buf, t.shape, dt) if needs(i) else None   # noqa: E731
+    return mk(gy, y, 0), mk(gcb, cb, 1), mk(gw, w, 2), mk(gb, b, 3)
+
+
+@_cbp.def_jvp
+def _cbp_jvp(ts, y, cb, w, b, out, shape, eps, momentum, running, saved, relu, k):
+    from ..autodiff.transforms import jvp
+    xs = (y, cb, w, b)
+    ts = tuple(zeros(v.shape, v.dtype) if t is None else t for v, t in zip(xs, ts))
+    return jvp(lambda *a: conv_bn_pool_composed(*a, shape, eps, relu, k), xs, ts)[1]
+
+
+def conv_bn_pool(y, cb, w, b, shape, eps=1e-5, momentum=0.1, running=None, relu=True, k=(2, 2)):
+    """max_pool2d(batch_norm_train(conv_epilogue(y, cb, shape), w, b, eps, momentum, running, relu), k) for the
+    GEMM rows y (N*H*W, O) of a convolution, its bias cb and BatchNorm's w, b (O,); shape = (N, H, W) with kh x kw
+    windows tiling (H, W): one kernel forward and one backward. ``running``: (running mean, running variance)
+    Buffers updated in place, or None."""
+    return _cbp(y, cb, w, b, shape=tuple(shape), eps=float(eps), momentum=float(momentum), running=running,
+                saved={}, relu=bool(relu), k=tuple(k))
+
+
+def _conv_bn_relu_pool(conv, bn, pool, x):
+    """Sequential's Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d: :func:`conv_bn_pool` when it applies (training mode,
+    affine, conv bias, one dtype, windows tiling the image), else the conv, then :func:`relu_pool` or the layers."""
+    from .conv import _conv2d
+    w, b = bn.weight, bn.bias
+    ok = (bn.training and w is not None and conv.bias is not None and bn.num_features == conv.out_channels
+          and all(t.dtype == conv.weight.dtype for t in (conv.bias, w, b, bn.running_mean, bn.running_var)))
+
+    def tail(y, cb, shape):
+        k = tiling_pool(pool, shape[1:])
+        if not ok or k is None or shape[0] * shape[1] * shape[2] < 2:
+            return None
+        return conv_bn_pool(y, cb, w, b, shape, bn.eps, bn.momentum, (bn.running_mean, bn.running_var), True, k)
+    y, used = _conv2d(conv._check_x(x), conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation,
+                      conv.groups, tail=tail)
+    if used:
+        return y
+    r = relu_pool(bn, y, pool)
+    return r if r is not None else pool(bn._forward(y, relu=True))
+
+
+def fused_block(layers, i, x):
+    """(output, layers used) for the fused patterns of Sequential starting at layers[i], or None:
+    Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d and (Conv2d | BatchNorm2d) -> ReLU -> MaxPool2d."""
+    from .conv import Conv2d, MaxPool2d
+    from .layers import _is_relu
+    from .norm import BatchNorm2d
+    n = len(layers)
+    if (i + 3 < n and type(layers[i]) is Conv2d and type(layers[i + 1]) is BatchNorm2d and _is_relu(layers[i + 2])
+            and type(layers[i + 3]) is MaxPool2d):
+        return _conv_bn_relu_pool(layers[i], layers[i + 1], layers[i + 3], x), 4
+    if i + 2 < n and _is_relu(layers[i + 1]) and type(layers[i + 2]) is MaxPool2d:
+        y = relu_pool(layers[i], x, layers[i + 2])
+        if y is not None:
+            return y, 3
+    return None

@@ -34,10 +34,14 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _conv2d(x, weight, bias, stride, padding, dilation, groups)
 
 
-def _conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, relu=False, pool=None):
+def _conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, relu=False, pool=None, tail=None):
     """conv2d, then ReLU when ``relu`` (fused into the bias epilogue kernel: Sequential's Conv2d -> ReLU); ``pool``:
     a layer that may follow (Sequential's Conv2d -> ReLU -> MaxPool2d): when it is a max-pool whose windows tile
-    the output, it is applied in the same epilogue kernel and the result is ``(y, True)``, else ``(y, False)``."""
+    the output, it is applied in the same epilogue kernel and the result is ``(y, True)``, else ``(y, False)``.
+    ``tail(rows, bias, (N, Ho, Wo))``: an epilogue on the GEMM rows (N*Ho*Wo, O) returning the result or None
+    (then the plain epilogue runs); the result is ``(y, True | False)`` too."""
+    if tail is not None:
+        pool = tail
     x, weight = as_tensor(x), as_tensor(weight)
     if x.ndim != 4:
         raise ValueError(f"conv2d: x has shape {x.shape}; expected (N, C, H, W).")
@@ -70,7 +74,11 @@ def _conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, rel
         bias = as_tensor(bias, y.dtype)
         if bias.dtype == y.dtype and bias.shape == (O,):  # bias + NHWC -> NCHW in one kernel (adjoint: one)
             from ._conv_fused import conv_epilogue, conv_epilogue_pool, tiling_pool
-            k = tiling_pool(pool, (Ho, Wo)) if pool is not None else None
+            if tail is not None:
+                r = tail(y, bias, (N, Ho, Wo))
+                if r is not None:
+                    return r, True
+            k = tiling_pool(pool, (Ho, Wo)) if pool is not None and tail is None else None
             if k is not None:                               # ... and the max-pool too
                 return conv_epilogue_pool(y, bias, (N, Ho, Wo), relu, k), True
             y = conv_epilogue(y, bias, (N, Ho, Wo), relu)

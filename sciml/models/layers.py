@@ -154,14 +154,14 @@ class Sequential(Module):
         i, n = 0, len(layers)
         while i < n:
             layer = layers[i]
+            if i + 2 < n and type(layer) in _RELU_FUSED:   # conv / batch-norm blocks ending in a max-pool
+                from ._conv_fused import fused_block        # (models/_conv_fused.py)
+                r = fused_block(layers, i, x)
+                if r is not None:
+                    x, used = r
+                    i += used
+                    continue
             if i + 1 < n and type(layer) in _RELU_FUSED and _is_relu(layers[i + 1]):
-                if i + 2 < n:   # -> ReLU -> MaxPool2d: the pooling in the same kernels (models/_conv_fused.py)
-                    from ._conv_fused import relu_pool
-                    y = relu_pool(layer, x, layers[i + 2])
-                    if y is not None:
-                        x = y
-                        i += 3
-                        continue
                 y = _RELU_FUSED[type(layer)](layer, x)
                 if y is not None:
                     x = y

@@ -11,7 +11,8 @@ import pytest
 
 import sciml as sm
 from sciml.models import BatchNorm2d, Conv2d, MaxPool2d, ReLU, Sequential
-from sciml.models._conv_fused import conv_epilogue_pool, conv_epilogue_pool_composed
+from sciml.models._conv_fused import (conv_bn_pool, conv_bn_pool_composed, conv_epilogue_pool,
+                                     conv_epilogue_pool_composed)
 from sciml.models._norm_fused import batch_norm_composed, batch_norm_train
 from sciml.testing import check_grads
 
@@ -64,8 +65,8 @@ def test_fused_path_is_taken():
         net(sm.tensor(R.normal(size=(2, 1, 8, 8))))
     finally:
         P.apply = orig
-    assert "conv_epilogue_pool" in seen and "pool2d" not in seen, seen
-    assert seen.count("batch_norm") == 1
+    assert "conv_epilogue_pool" in seen and "conv_bn_pool" in seen, seen
+    assert not {"pool2d", "batch_norm", "conv_epilogue"} & set(seen), seen
 
 
 def test_untiled_pool_falls_back():
@@ -115,6 +116,72 @@ def test_batch_norm_pool_matches_composed_and_fd(relu):
     g = sm.tensor(R.normal(size=(3, 2, 2, 3)), "float64")
     for a, e in zip(pf(g), pc(g)):
         np.testing.assert_allclose(a.numpy(), e.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def _cbp_case(dtype="float64", N=3, H=4, W=6, O=4):
+    y = sm.tensor(R.normal(size=(N * H * W, O)), dtype)
+    cb, b = sm.tensor(R.normal(size=O), dtype), sm.tensor(R.normal(size=O), dtype)
+    w = sm.tensor(R.normal(size=O) + 1.5, dtype)
+    return (y, cb, w, b), (N, H, W)
+
+
+@pytest.fixture(params=["vector", "scalar"])
+def cbp_path(request, monkeypatch):
+    """conv_bn_pool's CPU vector kernels, or (lanes() None) the scalar chain that devices run."""
+    if request.param == "scalar":
+        from sciml.kernels import conv_bn
+        monkeypatch.setattr(conv_bn, "lanes", lambda *a: None)
+    return request.param
+
+
+@pytest.mark.parametrize("k", [(2, 2), (2, 3)])
+def test_conv_bn_pool_matches_composed_numpy_and_fd(cbp_path, k):
+    args, shape = _cbp_case()
+    f = lambda *a: conv_bn_pool(*a, shape, 1e-5, 0.1, None, True, k)                # noqa: E731
+    c = lambda *a: conv_bn_pool_composed(*a, shape, 1e-5, True, k)                  # noqa: E731
+    np.testing.assert_allclose(f(*args).numpy(), c(*args).numpy(), rtol=1e-12, atol=1e-13)
+    y, cb, w, b = (a.numpy() for a in args)
+    N, H, W = shape
+    x = (y + cb).reshape(N, H, W, -1).transpose(0, 3, 1, 2)
+    z = (x - x.mean((0, 2, 3), keepdims=True)) / np.sqrt(x.var((0, 2, 3), keepdims=True) + 1e-5)
+    z = np.maximum(z * w[:, None, None] + b[:, None, None], 0)
+    ref = z.reshape(N, -1, H // k[0], k[0], W // k[1], k[1]).max((3, 5))
+    np.testing.assert_allclose(f(*args).numpy(), ref, rtol=1e-12, atol=1e-13)
+    g = sm.tensor(R.normal(size=ref.shape), "float64")
+    _, pf = sm.vjp(f, *args)
+    _, pc = sm.vjp(c, *args)
+    for a, e in zip(pf(g), pc(g)):
+        np.testing.assert_allclose(a.numpy(), e.numpy(), rtol=1e-9, atol=1e-11)
+    check_grads(f, args, order=2)
+
+
+def test_conv_bn_pool_running_stats_and_float32(cbp_path):
+    from sciml.models import BatchNorm2d as BN
+    args, shape = _cbp_case("float32", N=4, H=4, W=4, O=16)
+    bn_a, bn_b = BN(16, dtype="float32"), BN(16, dtype="float32")
+    out = conv_bn_pool(*args, shape, 1e-5, 0.1, (bn_a.running_mean, bn_a.running_var), True, (2, 2))
+    from sciml.models._conv_fused import conv_epilogue
+    from sciml.models._norm_fused import batch_norm_train
+    from sciml.models import max_pool2d
+    y, cb, w, b = args
+    ref = max_pool2d(batch_norm_train(conv_epilogue(y, cb, shape), w, b, 1e-5, 0.1,
+                                      (bn_b.running_mean, bn_b.running_var), True), 2)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(bn_a.running_mean.numpy(), bn_b.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bn_a.running_var.numpy(), bn_b.running_var.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_conv_bn_pool_nan(cbp_path):
+    args, shape = _cbp_case()
+    y = args[0].numpy().copy()
+    y[7, 2] = np.nan
+    args = (sm.tensor(y, "float64"),) + args[1:]
+    out, pull = sm.vjp(lambda *a: conv_bn_pool(*a, shape, relu=True, k=(2, 2)), *args)
+    o = out.numpy()
+    assert np.isnan(o[:, 2]).all() and not np.isnan(np.delete(o, 2, 1)).any()   # the channel's statistics are NaN
+    gy, gcb, gw, gb = pull(sm.tensor(np.ones(o.shape), "float64"))
+    assert np.isnan(gy.numpy()[:, 2]).all() and np.isnan(gw.numpy()[2]) and np.isnan(gb.numpy()[2])
+    assert not np.isnan(np.delete(gy.numpy(), 2, 1)).any()
 
 
 def test_ties_and_nan_follow_the_composed_rules():
