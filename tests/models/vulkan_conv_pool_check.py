@@ -1,4 +1,5 @@
-"""Vulkan float32 pass over the fused Conv2d -> ReLU -> MaxPool2d epilogue and BatchNorm2d -> ReLU -> MaxPool2d
+"""Vulkan float32 pass over the fused Conv2d -> ReLU -> MaxPool2d epilogue, BatchNorm2d -> ReLU -> MaxPool2d and
+Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d
 (run in its own process by test_conv_relu_pool_fused.py): forwards against numpy, adjoints against the composed
 sciml rules on the same device. Exits non-zero naming the failing check."""
 import os
@@ -50,6 +51,13 @@ def main():
     check("batch_norm pool forward", out, zn.reshape(N, O, H // 2, 2, W // 2, 2).max((3, 5)))
     for i, (a, e) in enumerate(zip(pull(g), pullc(g))):
         check(f"batch_norm pool backward {i}", a, e, 1e-3)
+    from sciml.models._conv_fused import conv_bn_pool, conv_bn_pool_composed
+    args = (y, sm.tensor(bv[::-1].copy()), w, bb)
+    out, pull = sm.vjp(lambda *a: conv_bn_pool(*a, (N, H, W), relu=True, k=(2, 2)), *args)
+    ref, pullc = sm.vjp(lambda *a: conv_bn_pool_composed(*a, (N, H, W), 1e-5, True, (2, 2)), *args)
+    check("conv_bn_pool forward", out, ref)
+    for i, (a, e) in enumerate(zip(pull(g), pullc(g))):
+        check(f"conv_bn_pool backward {i}", a, e, 1e-3)
     if fails:
         print("\n".join(fails))
         sys.exit(1)
