@@ -137,13 +137,8 @@ def _build(dtype, L, relu, kh, kw, backward):
 
 def lanes(arrays, O, dtype):
     """(lanes, pointers) for the vector kernels over these host arrays with O channels, or None (scalar path)."""
-    if not C.backend.on_host() or dtype not in V.LANES:
-        return None
-    ptrs = V.pointers(arrays)
-    L = V.lanes_for(ptrs, dtype) if ptrs is not None else None
-    while L and O % L:   # the widest lanes that divide O, down to 16 bytes
-        L = L // 2 if L > V.LANES[dtype] else None
-    return (L, ptrs) if L else None
+    from .nn_conv import _vec_lanes
+    return _vec_lanes(arrays, O, dtype) if dtype in V.LANES else None
 
 
 def conv_bn_pool(lp, y, cb, w, b, out, mean, var, rm, rv, N, H, W, O, k, eps, momentum, update, dtype, relu):

@@ -208,7 +208,7 @@ def test_ties_and_nan_follow_the_composed_rules():
     assert np.isnan(yb[:, 0]).all() and not np.isnan(yb[:, 1]).any()
 
 
-def test_vector_adjoint_equals_scalar():
+def test_vector_kernels_equal_scalar():
     from sciml import backend
     from sciml.kernels import nn_conv as K
     for N, H, W, O in ((4, 8, 8, 16), (3, 4, 6, 8), (2, 4, 4, 12)):
@@ -223,14 +223,18 @@ def test_vector_adjoint_equals_scalar():
         for vec in (True, False):
             K.VECTOR = vec
             try:
+                assert (K._vec_lanes((g, y, b), O, "float32") is not None) == vec
+                out = backend.empty(g.size, "float32")
+                K.conv_epilogue_pool(y, b, out, N, H, W, O, (2, 2), "float32", True)
                 gy, gb = backend.empty(y.size, "float32"), backend.empty(O, "float32")
                 K.conv_epilogue_pool_vjp(g, y, b, gy, gb, N, H, W, O, (2, 2), "float32", True)
             finally:
                 K.VECTOR = True
-            outs.append((gy.copy(), gb.copy()))
+            outs.append((out.copy(), gy.copy(), gb.copy()))
         np.testing.assert_array_equal(outs[0][0], outs[1][0])
-        np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-6)
-        assert np.isnan(outs[0][0]).sum() == 4
+        np.testing.assert_array_equal(outs[0][1], outs[1][1])
+        np.testing.assert_allclose(outs[0][2], outs[1][2], rtol=1e-5, atol=1e-6)
+        assert np.isnan(outs[0][0]).sum() == 1 and np.isnan(outs[0][1]).sum() == 4
 
 
 def test_digits_cnn_matches_torch():
