@@ -329,3 +329,51 @@ def fused_block(layers, i, x):
         if y is not None:
             return y, 3
     return None
+
+
+# --- channel-last im2col: cols (N, Ho, Wo, kh, kw, C), the weight as (O, kh, kw, C) (kernels/conv_cl.py) ----------
+def _ucl_fwd(x, geom):
+    from ..kernels import conv_cl as KC
+    N, Cc, H, W = x.shape
+    kh, kw, sh, sw, ph, pw = geom
+    Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    out = backend.empty(N * Ho * Wo * kh * kw * Cc, x.dtype)
+    KC.unfold(x._buf, out, N, Cc, H, W, Ho, Wo, geom, x.dtype)
+    return out, (N, Ho, Wo, kh, kw, Cc), x.dtype
+
+
+def _fcl_fwd(cols, geom, in_shape):
+    from ..kernels import conv_cl as KC
+    N, Cc, H, W = in_shape
+    out = backend.empty(N * Cc * H * W, cols.dtype)
+    KC.fold(cols._buf, out, N, Cc, H, W, cols.shape[1], cols.shape[2], geom, cols.dtype)
+    return out, tuple(in_shape), cols.dtype
+
+
+_unfold_cl = Primitive("unfold_cl", _ucl_fwd)
+_fold_cl = Primitive("fold_cl", _fcl_fwd)
+_unfold_cl.def_vjp(lambda g, x, out, geom: (_fold_cl(g, geom=geom, in_shape=x.shape),))   # linear: any order
+_unfold_cl.def_jvp(lambda ts, x, out, geom: _unfold_cl(ts[0], geom=geom))
+_fold_cl.def_vjp(lambda g, cols, out, geom, in_shape: (_unfold_cl(g, geom=geom),))
+_fold_cl.def_jvp(lambda ts, cols, out, geom, in_shape: _fold_cl(ts[0], geom=geom, in_shape=in_shape))
+
+
+def unfold_cl(x, geom):
+    """Zero-padded windows of x (N, C, H, W), channels innermost: (N, Ho, Wo, kh, kw, C); geom = (kh, kw, sh, sw,
+    ph, pw), checked by the caller. Linear; its adjoint is :func:`fold_cl` (and fold_cl's is unfold_cl)."""
+    return _unfold_cl(x, geom=tuple(int(v) for v in geom))
+
+
+def fold_cl(cols, geom, in_shape):
+    """The adjoint of :func:`unfold_cl`: cols (N, Ho, Wo, kh, kw, C) summed back into images of ``in_shape``."""
+    return _fold_cl(cols, geom=tuple(int(v) for v in geom), in_shape=tuple(int(v) for v in in_shape))
+
+
+CHANNEL_LAST = True   # False: conv2d's im2col keeps the taps innermost (conv.py's unfold) everywhere
+
+
+def channel_last_ok(x, groups, dilation):
+    """Whether conv2d uses :func:`unfold_cl` for x: one group, no dilation, float, on the host with channel
+    vectors (C a multiple of 4: ``kernels/_vec.py``'s 16-byte lanes); elsewhere the taps-innermost im2col runs."""
+    return (CHANNEL_LAST and groups == 1 and dilation == (1, 1) and x.dtype in ("float32", "float64")
+            and x.shape[1] % 4 == 0 and backend.on_host())

@@ -59,6 +59,15 @@ def _conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, rel
     if x.shape[2] + 2 * ph < eh or x.shape[3] + 2 * pw < ew:
         raise ValueError(f"conv2d: the {kh}x{kw} kernel is larger than the padded image (dilation {(dh, dw)}): "
                          f"{x.shape[2] + 2 * ph}x{x.shape[3] + 2 * pw} (x has shape {x.shape}).")
+    from ._conv_fused import channel_last_ok
+    if channel_last_ok(x, groups, (dh, dw)):   # channels innermost: vector gathers / scatters (kernels/conv_cl.py)
+        from ._conv_fused import unfold_cl
+        cols = unfold_cl(x, (kh, kw, sh, sw, ph, pw))                      # (N, Ho, Wo, kh, kw, C)
+        N, Ho, Wo = cols.shape[:3]
+        O = weight.shape[0]
+        y = matmul(reshape(cols, (N * Ho * Wo, kh * kw * Cin)),
+                   reshape(transpose(weight, (0, 2, 3, 1)), (O, kh * kw * Cin)), transpose_b=True)
+        return _conv_epilogues(y, bias, N, Ho, Wo, O, relu, pool, tail)
     cols = unfold(x, (eh, ew), (sh, sw), (ph, pw))                 # (N, Ho, Wo, C, eh, ew)
     if dh > 1 or dw > 1:
         cols = cols[:, :, :, :, ::dh, ::dw]
@@ -70,6 +79,12 @@ def _conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, rel
         cg = transpose(reshape(cols, (N * Ho * Wo, groups, k)), (1, 0, 2))           # (G, NHoWo, k)
         wg = reshape(weight, (groups, O // groups, k))                              # (G, Og, k)
         y = reshape(transpose(matmul(cg, wg, transpose_b=True), (1, 0, 2)), (N * Ho * Wo, O))
+    return _conv_epilogues(y, bias, N, Ho, Wo, O, relu, pool, tail)
+
+
+def _conv_epilogues(y, bias, N, Ho, Wo, O, relu, pool, tail):
+    """The GEMM rows y (N*Ho*Wo, O) -> images (N, O, Ho, Wo) with the bias, ReLU, a tiling max-pool or ``tail``
+    (see :func:`_conv2d`)."""
     if bias is not None:
         bias = as_tensor(bias, y.dtype)
         if bias.dtype == y.dtype and bias.shape == (O,):  # bias + NHWC -> NCHW in one kernel (adjoint: one)

@@ -1,5 +1,5 @@
 """Vulkan float32 pass over the fused Conv2d -> ReLU -> MaxPool2d epilogue, BatchNorm2d -> ReLU -> MaxPool2d and
-Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d
+Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d and the channel-last unfold / fold
 (run in its own process by test_conv_relu_pool_fused.py): forwards against numpy, adjoints against the composed
 sciml rules on the same device. Exits non-zero naming the failing check."""
 import os
@@ -58,6 +58,16 @@ def main():
     check("conv_bn_pool forward", out, ref)
     for i, (a, e) in enumerate(zip(pull(g), pullc(g))):
         check(f"conv_bn_pool backward {i}", a, e, 1e-3)
+    from sciml.models._conv_fused import fold_cl, unfold_cl
+    xv = R.normal(size=(2, 4, 5, 6)).astype(f)
+    u = unfold_cl(sm.tensor(xv), (3, 3, 1, 1, 1, 1))
+    xp = np.pad(xv.astype(float), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    ref = np.stack([np.stack([xp[:, :, i:i + 5, j:j + 6] for j in range(3)], -1) for i in range(3)], -2)
+    check("unfold_cl forward", u, ref.transpose(0, 2, 3, 4, 5, 1))    # (N, Ho, Wo, kh, kw, C)
+    c = R.normal(size=u.shape).astype(f)
+    lhs = float((u.numpy().astype(float) * c).sum())
+    rhs = float((xv.astype(float) * fold_cl(sm.tensor(c), (3, 3, 1, 1, 1, 1), xv.shape).numpy()).sum())
+    check("fold_cl adjoint", lhs, rhs, 1e-3)
     if fails:
         print("\n".join(fails))
         sys.exit(1)
