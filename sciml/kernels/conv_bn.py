@@ -10,8 +10,11 @@ share g; a NaN window gives NaN to every cell), applies the ReLU's step, and the
 conv bias's gradient sum gx (zero up to rounding). The scalar path (devices, odd channel counts) is the chain of
 ``nn_conv.conv_epilogue`` and ``norm.batch_norm_fwd(pool=...)``: the caller falls back to it.
 
-Serialized: a vector store per L channels replaces L scalar stores (Taichi reloads the ndarray pointers after
-every store here, ~3 ns each). Compiled without fast math (IEEE: NaN is found with z != z).
+Serialized, one vector of L channels at a time (the outer loop): a vector store per L channels replaces L scalar
+stores (Taichi reloads the ndarray pointers after every store here, ~3 ns each), and the per-channel arrays (conv
+bias, w, b, statistics, gradients) are read and written lane by lane, so only the rows y and gy need the wide
+vectors' 64-byte alignment (sciml's large host buffers have it). Compiled without fast math (IEEE: NaN is found
+with z != z).
 """
 from . import _common as C
 from . import _vec as V
@@ -45,64 +48,69 @@ def _build(dtype, L, relu, kh, kw, backward):
             z = ti.max(z, VT(0.0))
         return z
 
+    @ti.func
+    def vec(a: ti.template(), jv):
+        v = VT(0.0)
+        for l in ti.static(range(L)):
+            v[l] = a[jv * L + l]
+        return v
+
     if not backward:
         @ti.kernel
-        def fwd(y: AV, cb: AV, w: AV, b: AV, out: AS, mean: AV, var: AV, rm: AV, rv: AV, N: ti.i32, H: ti.i32,
+        def fwd(y: AV, cb: AS, w: AS, b: AS, out: AS, mean: AS, var: AS, rm: AS, rv: AS, N: ti.i32, H: ti.i32,
                 W: ti.i32, cv: ti.i32, eps: T, momentum: T, update: ti.i32):
             ti.loop_config(serialize=True)
-            for jv in range(cv):
+            for jv in range(cv):   # one vector of L channels at a time: its statistics, then its pooled outputs
                 M = N * H * W
                 inv = ti.cast(1, T) / ti.cast(M, T)
+                cbv = vec(cb, jv)
                 s = VT(0.0)
                 for r in range(M):
                     s = s + y[r * cv + jv]
-                cbv = cb[jv]
                 mu = s * inv + cbv
                 v = VT(0.0)
                 for r in range(M):
                     d = y[r * cv + jv] + cbv - mu
                     v = v + d * d
                 vr = v * inv
-                mean[jv] = mu
-                var[jv] = vr
-                if update:
-                    rm[jv] = rm[jv] * (1 - momentum) + mu * momentum
-                    rv[jv] = rv[jv] * (1 - momentum) + vr * (momentum * ti.cast(M, T) / ti.cast(M - 1, T))
-            ti.loop_config(serialize=True)
-            for q in range(N * (H // kh)):
+                for l in ti.static(range(L)):
+                    c = jv * L + l
+                    mean[c] = mu[l]
+                    var[c] = vr[l]
+                    if update:
+                        rm[c] = rm[c] * (1 - momentum) + mu[l] * momentum
+                        rv[c] = rv[c] * (1 - momentum) + vr[l] * (momentum * ti.cast(M, T) / ti.cast(M - 1, T))
+                a = vec(w, jv) * (VT(1.0) / ti.sqrt(vr + eps))
+                bv = vec(b, jv)
                 Ho = H // kh
                 Wo = W // kw
-                n = q // Ho
-                r = q % Ho
-                for c in range(Wo):
-                    r0 = n * H * W + r * kh * W + c * kw
-                    for jv in range(cv):
-                        a = w[jv] / ti.sqrt(var[jv] + eps)
-                        m = window(y, r0, W, cv, jv, cb[jv], mean[jv], a, b[jv])
+                for q in range(N * Ho):
+                    n = q // Ho
+                    r = q % Ho
+                    for c in range(Wo):
+                        r0 = n * H * W + r * kh * W + c * kw
+                        m = window(y, r0, W, cv, jv, cbv, mu, a, bv)
                         for l in ti.static(range(L)):
                             out[((n * cv + jv) * L + l) * Ho * Wo + r * Wo + c] = m[l]
         return fwd
 
     @ti.kernel
-    def bwd(g: AS, y: AV, cb: AV, w: AV, b: AV, mean: AV, var: AV, gy: AV, gcb: AV, gw: AV, gb: AV, N: ti.i32,
+    def bwd(g: AS, y: AV, cb: AS, w: AS, b: AS, mean: AS, var: AS, gy: AV, gcb: AS, gw: AS, gb: AS, N: ti.i32,
             H: ti.i32, W: ti.i32, cv: ti.i32, eps: T):
         ti.loop_config(serialize=True)
         for jv in range(cv):
-            gw[jv] = VT(0.0)
-            gb[jv] = VT(0.0)
-            gcb[jv] = VT(0.0)
-        ti.loop_config(serialize=True)
-        for q in range(N * (H // kh)):   # the pooled, rectified adjoint d (parked in gy) and its sums
+            cbv, mu, bv = vec(cb, jv), vec(mean, jv), vec(b, jv)
+            rs = VT(1.0) / ti.sqrt(vec(var, jv) + eps)
+            a = vec(w, jv) * rs
+            sg = VT(0.0)
+            sgx = VT(0.0)
             Ho = H // kh
             Wo = W // kw
-            n = q // Ho
-            r = q % Ho
-            for c in range(Wo):
-                r0 = n * H * W + r * kh * W + c * kw
-                for jv in range(cv):
-                    rs = VT(1.0) / ti.sqrt(var[jv] + eps)
-                    a = w[jv] * rs
-                    cbv, mu, bv = cb[jv], mean[jv], b[jv]
+            for q in range(N * Ho):   # the pooled, rectified adjoint d (parked in gy) and its sums
+                n = q // Ho
+                r = q % Ho
+                for c in range(Wo):
+                    r0 = n * H * W + r * kh * W + c * kw
                     m = window(y, r0, W, cv, jv, cbv, mu, a, bv)
                     cnt = VT(0.0)
                     for i in ti.static(range(kh)):
@@ -121,24 +129,26 @@ def _build(dtype, L, relu, kh, kw, backward):
                             if ti.static(relu):
                                 d = d * ti.select(z > 0, VT(1.0), VT(0.0))
                             gy[row * cv + jv] = d
-                            gb[jv] += d
-                            gw[jv] += d * ((y[row * cv + jv] + cbv - mu) * rs)
-        ti.loop_config(serialize=True)
-        for row in range(N * H * W):   # the BatchNorm adjoint, in place, and the conv bias's sums
+                            sg = sg + d
+                            sgx = sgx + d * ((y[row * cv + jv] + cbv - mu) * rs)
             inv = ti.cast(1, T) / ti.cast(N * H * W, T)
-            for jv in range(cv):
-                rs = VT(1.0) / ti.sqrt(var[jv] + eps)
-                xh = (y[row * cv + jv] + cb[jv] - mean[jv]) * rs
-                v = w[jv] * rs * (gy[row * cv + jv] - gb[jv] * inv - xh * (gw[jv] * inv))
+            scb = VT(0.0)
+            for row in range(N * H * W):   # the BatchNorm adjoint, in place, and the conv bias's sum
+                xh = (y[row * cv + jv] + cbv - mu) * rs
+                v = a * (gy[row * cv + jv] - sg * inv - xh * (sgx * inv))
                 gy[row * cv + jv] = v
-                gcb[jv] += v
+                scb = scb + v
+            for l in ti.static(range(L)):
+                gw[jv * L + l] = sgx[l]
+                gb[jv * L + l] = sg[l]
+                gcb[jv * L + l] = scb[l]
     return bwd
 
 
-def lanes(arrays, O, dtype):
+def lanes(arrays, O, dtype, vec=None):
     """(lanes, pointers) for the vector kernels over these host arrays with O channels, or None (scalar path)."""
     from .nn_conv import _vec_lanes
-    return _vec_lanes(arrays, O, dtype) if dtype in V.LANES else None
+    return _vec_lanes(arrays, O, dtype, vec) if dtype in V.LANES else None
 
 
 def conv_bn_pool(lp, y, cb, w, b, out, mean, var, rm, rv, N, H, W, O, k, eps, momentum, update, dtype, relu):
@@ -147,8 +157,8 @@ def conv_bn_pool(lp, y, cb, w, b, out, mean, var, rm, rv, N, H, W, O, k, eps, mo
     kh, kw = k
     cv, n = O // L, N * H * W * O // L
     V.cached(("conv_bn_pool", dtype, L, relu, kh, kw), lambda: _build(dtype, L, relu, kh, kw, False),
-             (L, L, L, L, 1, L, L, L, L), exact=True)(
-        (y, cb, w, b, out, mean, var, rm, rv), ptrs, (n, cv, cv, cv, out.size, cv, cv, cv, cv),
+             (L, 1, 1, 1, 1, 1, 1, 1, 1), exact=True)(
+        (y, cb, w, b, out, mean, var, rm, rv), ptrs, (n, O, O, O, out.size, O, O, O, O),
         (N, H, W, cv, eps, momentum, int(update)))
 
 
@@ -158,6 +168,6 @@ def conv_bn_pool_vjp(lp, g, y, cb, w, b, mean, var, gy, gcb, gw, gb, N, H, W, O,
     kh, kw = k
     cv, n = O // L, N * H * W * O // L
     V.cached(("conv_bn_pool_vjp", dtype, L, relu, kh, kw), lambda: _build(dtype, L, relu, kh, kw, True),
-             (1, L, L, L, L, L, L, L, L, L, L), exact=True)(
-        (g, y, cb, w, b, mean, var, gy, gcb, gw, gb), ptrs, (g.size, n, cv, cv, cv, cv, cv, n, cv, cv, cv),
+             (1, L, 1, 1, 1, 1, 1, L, 1, 1, 1), exact=True)(
+        (g, y, cb, w, b, mean, var, gy, gcb, gw, gb), ptrs, (g.size, n, O, O, O, O, O, n, O, O, O),
         (N, H, W, cv, eps))

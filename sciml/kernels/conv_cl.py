@@ -97,17 +97,17 @@ def _build(dtype, L, geom, fold):
 VECTOR = True   # False: the scalar kernels only (tests compare)
 
 
-def _lanes(arrays, Cc, dtype):
+def _lanes(arrays, Cc, dtype, vec=None):
     if not (VECTOR and C.backend.on_host()) or dtype not in V.LANES:
         return None
     from .nn_conv import _vec_lanes
-    return _vec_lanes(arrays, Cc, dtype)
+    return _vec_lanes(arrays, Cc, dtype, vec)
 
 
 def unfold(x, out, N, Cc, H, W, Ho, Wo, geom, dtype):
     """out (N, Ho, Wo, kh, kw, Cc) = the windows of x (N, Cc, H, W); taps outside the image read 0."""
     geom = tuple(geom)
-    lp = _lanes((x, out), Cc, dtype)
+    lp = _lanes((x, out), Cc, dtype, (1,))
     sizes = (N, Cc, H, W, Ho, Wo)
     if lp is not None:
         L, ptrs = lp
@@ -120,7 +120,7 @@ def unfold(x, out, N, Cc, H, W, Ho, Wo, geom, dtype):
 def fold(cols, out, N, Cc, H, W, Ho, Wo, geom, dtype):
     """out (N, Cc, H, W) = the adjoint of :func:`unfold` applied to cols (N, Ho, Wo, kh, kw, Cc)."""
     geom = tuple(geom)
-    lp = _lanes((cols, out), Cc, dtype)
+    lp = _lanes((cols, out), Cc, dtype, (0,))
     sizes = (N, Cc, H, W, Ho, Wo)
     if lp is not None:
         L, ptrs = lp

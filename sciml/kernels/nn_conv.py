@@ -160,11 +160,11 @@ def conv_epilogue_pool(y, b, out, N: int, H: int, W: int, O: int, k, dtype: str,
     """out (N, O, H / kh, W / kw) = the max over kh x kw tiles of the epilogue (y (N*H*W, O) + b, then ReLU with
     ``relu``) laid out as images; H, W divisible by kh, kw."""
     kh, kw = k
-    lp = _vec_lanes((y, b, out), O, dtype)
+    lp = _vec_lanes((y, b, out), O, dtype, (0,))
     if lp is not None:
         L, ptrs = lp
         V.cached(("conv_epi_pool_vec", dtype, L, relu, kh, kw), lambda: _build_pool_fwd_vec(dtype, L, relu, kh, kw),
-                 (L, L, 1), exact=True)((y, b, out), ptrs, (N * H * W * O // L, O // L, out.size),
+                 (L, 1, 1), exact=True)((y, b, out), ptrs, (N * H * W * O // L, O, out.size),
                                         (N, W, O // L, H // kh, W // kw))
         return
     serial = C.launch_mode(N * H * W * O, C.CHEAP) or N * O < 4
@@ -176,15 +176,14 @@ def conv_epilogue_pool_vjp(g, y, b, gy, gb, N: int, H: int, W: int, O: int, k, d
     """gy (N*H*W, O) (always written: the bias gradient sums it) and gb (O,): the adjoint of :func:`conv_epilogue_pool` applied to
     g (N, O, H / kh, W / kw); the pooling's maxima are recomputed from y and b (no arg-max buffer)."""
     kh, kw = k
-    lp = _vec_lanes((g, y, b, gy, gb), O, dtype)
+    lp = _vec_lanes((g, y, b, gy, gb), O, dtype, (1, 3))
     if lp is not None:
         L, ptrs = lp
-        if L:
-            cv, n = O // L, N * H * W * O // L
-            V.cached(("conv_epi_pool_vjp_vec", dtype, L, relu, kh, kw),
-                     lambda: _build_pool_bwd_vec(dtype, L, relu, kh, kw), (1, L, L, L, L), exact=True)(
-                (g, y, b, gy, gb), ptrs, (g.size, n, cv, n, cv), (N, W, cv, H // kh, W // kw))
-            return
+        cv, n = O // L, N * H * W * O // L
+        V.cached(("conv_epi_pool_vjp_vec", dtype, L, relu, kh, kw),
+                 lambda: _build_pool_bwd_vec(dtype, L, relu, kh, kw), (1, L, 1, L, 1), exact=True)(
+            (g, y, b, gy, gb), ptrs, (g.size, n, O, n, O), (N, W, cv, H // kh, W // kw))
+        return
     serial = C.launch_mode(N * H * W * O * 2, C.CHEAP) or O < 4
     C.cached(("conv_epi_pool_vjp", dtype, serial, relu, kh, kw), lambda: _build_pool_bwd(dtype, serial, relu, kh, kw))(
         g, y, b, gy, gb, N, W, O, H // kh, W // kw)
@@ -192,8 +191,9 @@ def conv_epilogue_pool_vjp(g, y, b, gy, gb, N: int, H: int, W: int, O: int, k, d
 
 def _build_pool_bwd_vec(dtype, L, relu, kh, kw):
     """:func:`_build_pool_bwd` on rows of cv = O / L vectors of L lanes (channels), serialized: one vector store
-    per L channels (a scalar store costs ~3 ns here: Taichi reloads the array pointers after each). IEEE
-    arithmetic (compiled without fast math): NaN is found with z != z."""
+    per L channels (a scalar store costs ~3 ns here: Taichi reloads the array pointers after each). One channel
+    vector at a time (the outer loop), its bias read and its bias gradient summed in registers, so only y and gy
+    need the wide vectors' alignment. IEEE arithmetic (compiled without fast math): NaN is found with z != z."""
     ti = C.ti()
     T = C.backend.ti_dtype(dtype)
     VT = ti.types.vector(L, T)
@@ -209,19 +209,19 @@ def _build_pool_bwd_vec(dtype, L, relu, kh, kw):
         return z, nz
 
     @ti.kernel
-    def k(g: AS, y: AV, b: AV, gy: AV, gb: AV, N: ti.i32, W: ti.i32, cv: ti.i32, Ho: ti.i32, Wo: ti.i32):
+    def k(g: AS, y: AV, b: AS, gy: AV, gb: AS, N: ti.i32, W: ti.i32, cv: ti.i32, Ho: ti.i32, Wo: ti.i32):
         ti.loop_config(serialize=True)
         for jv in range(cv):
-            gb[jv] = VT(0.0)
-        ti.loop_config(serialize=True)
-        for q in range(N * Ho):
-            n = q // Ho
-            r = q % Ho
-            base = n * Ho * kh * W
-            for c in range(Wo):
-                r0 = base + r * kh * W + c * kw
-                for jv in range(cv):
-                    bo = b[jv]
+            bo = VT(0.0)
+            for l in ti.static(range(L)):
+                bo[l] = b[jv * L + l]
+            acc = VT(0.0)
+            for q in range(N * Ho):
+                n = q // Ho
+                r = q % Ho
+                base = n * Ho * kh * W
+                for c in range(Wo):
+                    r0 = base + r * kh * W + c * kw
                     m = VT(-float("inf"))
                     nz = VT(0.0)
                     for i in ti.static(range(kh)):
@@ -246,7 +246,9 @@ def _build_pool_bwd_vec(dtype, L, relu, kh, kw):
                             if ti.static(relu):
                                 d = d * ti.select(z > 0, VT(1.0), VT(0.0))
                             gy[(r0 + i * W + j) * cv + jv] = d
-                            gb[jv] += d
+                            acc = acc + d
+            for l in ti.static(range(L)):
+                gb[jv * L + l] = acc[l]
     return k
 
 
@@ -259,15 +261,17 @@ def _build_pool_fwd_vec(dtype, L, relu, kh, kw):
     AS = ti.types.ndarray(dtype=T, ndim=1)
 
     @ti.kernel
-    def k(y: AV, b: AV, out: AS, N: ti.i32, W: ti.i32, cv: ti.i32, Ho: ti.i32, Wo: ti.i32):
+    def k(y: AV, b: AS, out: AS, N: ti.i32, W: ti.i32, cv: ti.i32, Ho: ti.i32, Wo: ti.i32):
         ti.loop_config(serialize=True)
-        for q in range(N * Ho):
-            n = q // Ho
-            r = q % Ho
-            for c in range(Wo):
-                r0 = n * Ho * kh * W + r * kh * W + c * kw
-                for jv in range(cv):
-                    bo = b[jv]
+        for jv in range(cv):
+            bo = VT(0.0)
+            for l in ti.static(range(L)):
+                bo[l] = b[jv * L + l]
+            for q in range(N * Ho):
+                n = q // Ho
+                r = q % Ho
+                for c in range(Wo):
+                    r0 = n * Ho * kh * W + r * kh * W + c * kw
                     m = VT(-float("inf"))
                     nz = VT(0.0)
                     for i in ti.static(range(kh)):
@@ -283,11 +287,16 @@ def _build_pool_fwd_vec(dtype, L, relu, kh, kw):
     return k
 
 
-def _vec_lanes(arrays, O, dtype):
-    if not (VECTOR and C.backend.on_host()):
+def _vec_lanes(arrays, O, dtype, vec=None):
+    """(lanes, pointers of ``arrays``) for the channel-vector kernels, or None (the scalar kernels): every array
+    16-byte aligned, the lanes the widest whose vectors the arrays ``vec`` (indices; default all) are aligned for and
+    that divide O."""
+    if not (VECTOR and C.backend.on_host()) or dtype not in V.LANES:
         return None
     ptrs = V.pointers(arrays)
-    L = V.lanes_for(ptrs, dtype) if ptrs is not None else None
+    if ptrs is None:
+        return None
+    L = V.lanes_for([ptrs[i] for i in vec] if vec is not None else ptrs, dtype)
     while L and O % L:   # the widest lanes that divide O, down to 16 bytes
         L = L // 2 if L > V.LANES[dtype] else None
     return (L, ptrs) if L else None

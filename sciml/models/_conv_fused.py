@@ -228,7 +228,7 @@ def _cbp_fwd(y, cb, w, b, shape, eps, momentum, running, saved, relu, k):
     out = backend.empty(N * O * Ho * Wo, dt)
     mu, var = backend.empty(O, dt), backend.empty(O, dt)
     rm, rv = (running[0]._buf, running[1]._buf) if running is not None else (mu, var)
-    lp = KB.lanes((y._buf, cb._buf, w._buf, b._buf, out, mu, var, rm, rv), O, dt)
+    lp = KB.lanes((y._buf, cb._buf, w._buf, b._buf, out, mu, var, rm, rv), O, dt, (0,))
     if lp is not None:
         KB.conv_bn_pool(lp, y._buf, cb._buf, w._buf, b._buf, out, mu, var, rm, rv, N, H, W, O, k, float(eps),
                         float(momentum), running is not None, dt, relu)
@@ -258,7 +258,7 @@ def _cbp_vjp(g, y, cb, w, b, out, shape, eps, momentum, running, saved, relu, k)
     gy = backend.empty(y.size, dt)
     gcb, gw, gb = backend.empty(O, dt), backend.empty(O, dt), backend.empty(O, dt)
     mu, var = saved["mean"], saved["var"]
-    lp = KB.lanes((g._buf, y._buf, cb._buf, w._buf, b._buf, mu, var, gy, gcb, gw, gb), O, dt) \
+    lp = KB.lanes((g._buf, y._buf, cb._buf, w._buf, b._buf, mu, var, gy, gcb, gw, gb), O, dt, (1, 7)) \
         if "x" not in saved else None
     if lp is not None:
         KB.conv_bn_pool_vjp(lp, g._buf, y._buf, cb._buf, w._buf, b._buf, mu, var, gy, gcb, gw, gb, N, H, W, O, k,
