@@ -24,7 +24,8 @@ def check(name, got, want, tol=2e-4):
 
 
 def main():
-    assert sm.init(arch="vulkan", dtype="float32", seed=0) == "vulkan"
+    arch = sys.argv[1] if len(sys.argv) > 1 else "vulkan"   # "cuda": the same pass on a GPU (device check)
+    assert sm.init(arch=arch, dtype="float32", seed=0) == arch
     from sciml.models import max_pool2d
     from sciml.models._conv_fused import conv_epilogue_pool, conv_epilogue_pool_composed
     from sciml.models._norm_fused import batch_norm_composed, batch_norm_train
@@ -71,7 +72,7 @@ def main():
     if fails:
         print("\n".join(fails))
         sys.exit(1)
-    print("OK vulkan conv pool")
+    print(f"OK {arch} conv pool")
 
 
 if __name__ == "__main__":
