@@ -173,8 +173,9 @@ def conv_epilogue_pool(y, b, out, N: int, H: int, W: int, O: int, k, dtype: str,
 
 
 def conv_epilogue_pool_vjp(g, y, b, gy, gb, N: int, H: int, W: int, O: int, k, dtype: str, relu: bool):
-    """gy (N*H*W, O) (always written: the bias gradient sums it) and gb (O,): the adjoint of :func:`conv_epilogue_pool` applied to
-    g (N, O, H / kh, W / kw); the pooling's maxima are recomputed from y and b (no arg-max buffer)."""
+    """gy (N*H*W, O) (always written: the bias gradient sums it) and gb (O,): the adjoint of
+    :func:`conv_epilogue_pool` applied to g (N, O, H / kh, W / kw); the pooling's maxima are recomputed from y and
+    b (no arg-max buffer)."""
     kh, kw = k
     lp = _vec_lanes((g, y, b, gy, gb), O, dtype, (1, 3))
     if lp is not None:

@@ -243,7 +243,8 @@ def test_digits_cnn_matches_torch():
     tnet = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1),
                          nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2)).double()
     net = Sequential(Conv2d(1, 16, 3, padding=1, dtype="float64"), ReLU(), MaxPool2d(2),
-                     Conv2d(16, 32, 3, padding=1, dtype="float64"), BatchNorm2d(32, dtype="float64"), ReLU(), MaxPool2d(2))
+                     Conv2d(16, 32, 3, padding=1, dtype="float64"), BatchNorm2d(32, dtype="float64"), ReLU(),
+                     MaxPool2d(2))
     for i in (0, 3):
         net.layers[i].weight._assign(tnet[i].weight.detach().numpy().astype(np.float64))
         net.layers[i].bias._assign(tnet[i].bias.detach().numpy().astype(np.float64))
