@@ -277,3 +277,23 @@ def test_fused_conv_pool_on_vulkan():
     r = subprocess.run([sys.executable, os.path.join(HERE, "vulkan_conv_pool_check.py")], capture_output=True,
                        text=True, env=env, timeout=600)
     assert r.returncode == 0 and "OK vulkan conv pool" in r.stdout, (r.stdout + r.stderr)[-4000:]
+
+
+def test_fused_blocks_under_jit_equal_eager():
+    """sm.jit replays the fused kernels (vector kernels included, float32) with the eager values and running stats."""
+    def make():
+        return Sequential(Conv2d(1, 16, 3, padding=1, seed=1, dtype="float32"), ReLU(), MaxPool2d(2),
+                          Conv2d(16, 32, 3, padding=1, seed=2, dtype="float32"), BatchNorm2d(32, dtype="float32"),
+                          ReLU(), MaxPool2d(2))
+    a, b = make(), make()
+    xs = [sm.tensor(R.normal(size=(4, 1, 8, 8)), "float32") for _ in range(3)]
+    jitted = sm.jit(sm.value_and_grad(lambda p, x: (b.apply(p, x) ** 2).mean()), fallback="raise")
+    for x in xs:
+        v1, g1 = sm.value_and_grad(lambda p: (a.apply(p, x) ** 2).mean())(a.params())
+        v2, g2 = jitted(b.params(), x)
+        np.testing.assert_allclose(float(v2), float(v1), rtol=1e-6)
+        for i in ("0", "3", "4"):
+            np.testing.assert_allclose(g2["layers"][i]["weight"].numpy(), g1["layers"][i]["weight"].numpy(),
+                                       rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(b.layers[4].running_var.numpy(), a.layers[4].running_var.numpy(), rtol=1e-5)
+    assert jitted.stats["replays"] == 2
