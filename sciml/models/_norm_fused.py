@@ -36,16 +36,24 @@ def _dims(x):
     return N, Cc, x.size // (N * Cc) if N * Cc else 0
 
 
-def _fwd(x, w, b, eps, momentum, running, saved, relu=False):
+def _composed(eps, relu, pool):
+    if pool is None:
+        return lambda x, w, b: batch_norm_composed(x, w, b, eps, relu)
+    from .conv import max_pool2d
+    return lambda x, w, b: max_pool2d(batch_norm_composed(x, w, b, eps, relu), pool)
+
+
+def _fwd(x, w, b, eps, momentum, running, saved, relu=False, pool=None):
     N, Cc, S = _dims(x)
     dt = x.dtype
-    y = backend.empty(max(x.size, 1), dt)
+    shape = x.shape if pool is None else (N, Cc, x.shape[2] // pool[0], x.shape[3] // pool[1])
+    y = backend.empty(max(N * Cc * S // (1 if pool is None else pool[0] * pool[1]), 1), dt)
     mu, var = backend.empty(Cc, dt), backend.empty(Cc, dt)
     rm, rv = (running[0]._buf, running[1]._buf) if running is not None else (mu, var)
     K.batch_norm_fwd(x._buf, w._buf, b._buf, y, mu, var, rm, rv, N, Cc, S, float(eps), float(momentum),
-                     running is not None, dt, relu)
+                     running is not None, dt, relu, pool, x.shape[3] if pool is not None else 1)
     saved["mean"], saved["var"] = mu, var
-    return y, x.shape, dt
+    return y, shape, dt
 
 
 _bn = Primitive("batch_norm", _fwd)
@@ -56,34 +64,44 @@ def _recorded(*ts):
 
 
 @_bn.def_vjp
-def _vjp(g, x, w, b, out, eps, momentum, running, saved, relu=False):
+def _vjp(g, x, w, b, out, eps, momentum, running, saved, relu=False, pool=None):
     if _recorded(g, x, w, b, out):
         from ..autodiff.transforms import vjp
-        _, pull = vjp(lambda x, w, b: batch_norm_composed(x, w, b, eps, relu), x, w, b)
+        _, pull = vjp(_composed(eps, relu, pool), x, w, b)
         return tuple(pull(g, create_graph=is_grad_enabled()))
     N, Cc, S = _dims(x)
     dt = x.dtype
     gx = backend.empty(max(x.size, 1), dt) if needs(0) else None
     gw, gb = backend.empty(Cc, dt), backend.empty(Cc, dt)
-    K.batch_norm_bwd(x._buf, g._buf, w._buf, saved["mean"], saved["var"], gx if gx is not None else gw, gw, gb,
-                     N, Cc, S, float(eps), dt, with_x=gx is not None, y=out._buf if relu else None)
+    if pool is not None:
+        K.batch_norm_bwd_pool(x._buf, g._buf, w._buf, b._buf, saved["mean"], saved["var"],
+                              gx if gx is not None else gw, gw, gb, N, Cc, S, float(eps), dt, gx is not None, relu,
+                              pool, x.shape[3])
+    else:
+        K.batch_norm_bwd(x._buf, g._buf, w._buf, saved["mean"], saved["var"], gx if gx is not None else gw, gw,
+                         gb, N, Cc, S, float(eps), dt, with_x=gx is not None, y=out._buf if relu else None)
     return (Tensor._make(gx, x.shape, dt) if gx is not None else None,
             Tensor._make(gw, w.shape, dt) if needs(1) else None, Tensor._make(gb, b.shape, dt) if needs(2) else None)
 
 
 @_bn.def_jvp
-def _jvp(ts, x, w, b, out, eps, momentum, running, saved, relu=False):
+def _jvp(ts, x, w, b, out, eps, momentum, running, saved, relu=False, pool=None):
     from ..autodiff.transforms import jvp
     xs = (x, w, b)
     ts = tuple(zeros(v.shape, v.dtype) if t is None else t for v, t in zip(xs, ts))
-    return jvp(lambda x, w, b: batch_norm_composed(x, w, b, eps, relu), xs, ts)[1]
+    return jvp(_composed(eps, relu, pool), xs, ts)[1]
 
 
-def batch_norm_train(x, w, b, eps=1e-5, momentum=0.1, running=None, relu=False):
+def batch_norm_train(x, w, b, eps=1e-5, momentum=0.1, running=None, relu=False, pool=None):
     """Batch normalisation of x (N, C, ...) with its batch statistics; w, b (C,). ``running``: a pair of (C,)
     Buffers (running mean, running variance) updated in place by the forward kernel, or None. ``relu``: then
-    ReLU in the same kernel (its step in the backward kernel)."""
-    return _bn(x, w, b, eps=eps, momentum=momentum, running=running, saved={}, relu=bool(relu))
+    ReLU in the same kernel (its step in the backward kernel). ``pool`` (kh, kw), x (N, C, H, W) with H, W
+    divisible by them: then the max over kh x kw tiles (a following MaxPool2d), in the same kernels."""
+    if pool is not None:
+        pool = tuple(int(v) for v in pool)
+        if x.ndim != 4 or x.shape[2] % pool[0] or x.shape[3] % pool[1]:
+            raise ValueError(f"batch_norm_train: pool {pool} does not tile x of shape {x.shape}.")
+    return _bn(x, w, b, eps=eps, momentum=momentum, running=running, saved={}, relu=bool(relu), pool=pool)
 
 
 # --- BatchNorm in eval mode (running statistics): one kernel forward ---------------------------------------

@@ -34,8 +34,14 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _conv2d(x, weight, bias, stride, padding, dilation, groups)
 
 
-def _conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, relu=False):
-    """conv2d, then ReLU when ``relu`` (fused into the bias epilogue kernel: Sequential's Conv2d -> ReLU)."""
+def _conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, relu=False, pool=None, tail=None):
+    """conv2d, then ReLU when ``relu`` (fused into the bias epilogue kernel: Sequential's Conv2d -> ReLU); ``pool``:
+    a layer that may follow (Sequential's Conv2d -> ReLU -> MaxPool2d): when it is a max-pool whose windows tile
+    the output, it is applied in the same epilogue kernel and the result is ``(y, True)``, else ``(y, False)``.
+    ``tail(rows, bias, (N, Ho, Wo))``: an epilogue on the GEMM rows (N*Ho*Wo, O) returning the result or None
+    (then the plain epilogue runs); the result is ``(y, True | False)`` too."""
+    if tail is not None:
+        pool = tail
     x, weight = as_tensor(x), as_tensor(weight)
     if x.ndim != 4:
         raise ValueError(f"conv2d: x has shape {x.shape}; expected (N, C, H, W).")
@@ -53,6 +59,15 @@ def _conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, rel
     if x.shape[2] + 2 * ph < eh or x.shape[3] + 2 * pw < ew:
         raise ValueError(f"conv2d: the {kh}x{kw} kernel is larger than the padded image (dilation {(dh, dw)}): "
                          f"{x.shape[2] + 2 * ph}x{x.shape[3] + 2 * pw} (x has shape {x.shape}).")
+    from ._conv_fused import channel_last_ok
+    if channel_last_ok(x, groups, (dh, dw)):   # channels innermost: vector gathers / scatters (kernels/conv_cl.py)
+        from ._conv_fused import unfold_cl
+        cols = unfold_cl(x, (kh, kw, sh, sw, ph, pw))                      # (N, Ho, Wo, kh, kw, C)
+        N, Ho, Wo = cols.shape[:3]
+        O = weight.shape[0]
+        y = matmul(reshape(cols, (N * Ho * Wo, kh * kw * Cin)),
+                   reshape(transpose(weight, (0, 2, 3, 1)), (O, kh * kw * Cin)), transpose_b=True)
+        return _conv_epilogues(y, bias, N, Ho, Wo, O, relu, pool, tail)
     cols = unfold(x, (eh, ew), (sh, sw), (ph, pw))                 # (N, Ho, Wo, C, eh, ew)
     if dh > 1 or dw > 1:
         cols = cols[:, :, :, :, ::dh, ::dw]
@@ -64,17 +79,31 @@ def _conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, rel
         cg = transpose(reshape(cols, (N * Ho * Wo, groups, k)), (1, 0, 2))           # (G, NHoWo, k)
         wg = reshape(weight, (groups, O // groups, k))                              # (G, Og, k)
         y = reshape(transpose(matmul(cg, wg, transpose_b=True), (1, 0, 2)), (N * Ho * Wo, O))
+    return _conv_epilogues(y, bias, N, Ho, Wo, O, relu, pool, tail)
+
+
+def _conv_epilogues(y, bias, N, Ho, Wo, O, relu, pool, tail):
+    """The GEMM rows y (N*Ho*Wo, O) -> images (N, O, Ho, Wo) with the bias, ReLU, a tiling max-pool or ``tail``
+    (see :func:`_conv2d`)."""
     if bias is not None:
         bias = as_tensor(bias, y.dtype)
         if bias.dtype == y.dtype and bias.shape == (O,):  # bias + NHWC -> NCHW in one kernel (adjoint: one)
-            from ._conv_fused import conv_epilogue
-            return conv_epilogue(y, bias, (N, Ho, Wo), relu)
+            from ._conv_fused import conv_epilogue, conv_epilogue_pool, tiling_pool
+            if tail is not None:
+                r = tail(y, bias, (N, Ho, Wo))
+                if r is not None:
+                    return r, True
+            k = tiling_pool(pool, (Ho, Wo)) if pool is not None and tail is None else None
+            if k is not None:                               # ... and the max-pool too
+                return conv_epilogue_pool(y, bias, (N, Ho, Wo), relu, k), True
+            y = conv_epilogue(y, bias, (N, Ho, Wo), relu)
+            return (y, False) if pool is not None else y
         y = bias_act(y, bias, "identity")
     y = transpose(reshape(y, (N, Ho, Wo, O)), (0, 3, 1, 2))
     if relu:
         from ..autodiff.ops import relu as _relu
         y = _relu(y)
-    return y
+    return (y, False) if pool is not None else y
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

@@ -154,6 +154,13 @@ class Sequential(Module):
         i, n = 0, len(layers)
         while i < n:
             layer = layers[i]
+            if i + 2 < n and type(layer) in _RELU_FUSED:   # conv / batch-norm blocks ending in a max-pool
+                from ._conv_fused import fused_block        # (models/_conv_fused.py)
+                r = fused_block(layers, i, x)
+                if r is not None:
+                    x, used = r
+                    i += used
+                    continue
             if i + 1 < n and type(layer) in _RELU_FUSED and _is_relu(layers[i + 1]):
                 y = _RELU_FUSED[type(layer)](layer, x)
                 if y is not None:

@@ -51,6 +51,19 @@ class _BatchNorm(Module):
             y = _relu(y)
         return y
 
+    def _forward_pool(self, x, relu, pool):
+        """ReLU (when ``relu``) and the max over ``pool`` = (kh, kw) tiles after the training-mode forward, in its
+        fused kernels (Sequential's BatchNorm2d -> ReLU -> MaxPool2d); None when that path does not apply."""
+        x = self._check(x)
+        w, b = self.weight, self.bias
+        if (not self.training or w is None or x.ndim != 4 or x.size // self.num_features < 2
+                or x.shape[2] % pool[0] or x.shape[3] % pool[1]
+                or not all(t.dtype == x.dtype for t in (w, b, self.running_mean, self.running_var))):
+            return None
+        from ._norm_fused import batch_norm_train
+        return batch_norm_train(x, w, b, self.eps, self.momentum, (self.running_mean, self.running_var), relu,
+                                pool)
+
     def _forward_impl(self, x, relu):
         x = self._check(x)
         axes = (0,) + tuple(range(2, x.ndim))
