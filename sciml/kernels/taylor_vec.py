@@ -10,6 +10,13 @@ the fused output layer's W_out) stay scalar ndarrays: their vectors are gathered
 rows (hoisted out of the row loop), not per row. A launch runs the tasks on idle threads in turn
 (``_vec.VecLaunch(dynamic=True)``), or serialized when the loop is small or the host busy.
 
+The kernels are compiled without fast math (``exact=True``: IEEE arithmetic, no reassociation), so the
+serialized and the parallel kernel give the same bits and the host's load (``_common.busy``) only picks
+the faster of two identical paths. With fast math, LLVM reassociated the fused output layer's sum over the
+w units differently in the two compilations (2,018 of 32,768 float32 outputs differed in the last bits at
+n = 8192), and the float32 Burgers main job's end point moved with the machine's load (rel. L2 2.7e-5 vs
+3.8e-5). Measured here (n = 8192, w = 20, S = 4, forward + backward of the output layer): no slower.
+
 Chosen per call by :func:`lanes`: the widest L (host width down to 16 bytes) that divides w and every
 stream buffer's address is aligned for; None (w odd, a misaligned buffer, a device arch): the scalar
 kernels run. Results equal the scalar kernels' elementwise (same formulas, same order); only the fused
@@ -59,7 +66,7 @@ def layer_forward(L, act, Z, b, W, H, coords, pairs, n: int, w: int, first: bool
     WL, bL, OUT, o = top if top is not None else (b, b, b, 0)
     key = ("taylor_vfwd", act, dtype, L, w, first, o, serial, tuple(coords) if first else len(coords), tuple(pairs))
     k = V.cached(key, lambda: _build_fwd(act, dtype, L, w // L, first, o, serial, tuple(coords), tuple(pairs)),
-                 (L, 1, 1, L, 1, 1, 1), dynamic=not serial)
+                 (L, 1, 1, L, 1, 1, 1), exact=True, dynamic=not serial)
     Wf = W if first else b
     rows = n if first else S * n
     _launch(k, (Z, b, Wf, H, WL, bL, OUT),
@@ -75,7 +82,7 @@ def layer_backward(L, act, Z, HV, W, G, coords, pairs, n: int, w: int, first: bo
     GOUT, WL, o = top if top is not None else (G, G, 0)
     key = ("taylor_vbwd", act, dtype, L, w, first, o, serial, tuple(coords) if first else len(coords), tuple(pairs))
     k = V.cached(key, lambda: _build_bwd(act, dtype, L, w // L, first, o, serial, tuple(coords), tuple(pairs)),
-                 (L, L, 1, L, 1, 1), dynamic=not serial)
+                 (L, L, 1, L, 1, 1), exact=True, dynamic=not serial)
     Wf = W if first else GOUT
     rows = n if first else S * n
     _launch(k, (Z, HV, Wf, G, GOUT, WL),
