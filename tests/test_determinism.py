@@ -86,6 +86,30 @@ def test_taylor_vec_same_bits_busy_or_not(monkeypatch, dt, top):
     assert {k[7] for k in keys} >= {True, False}   # both compilations ran
 
 
+@pytest.mark.parametrize("dt", DTYPES)
+def test_taylor_vec_output_layer_same_bits_any_lanes(dt):
+    """The lane count (the host's vector width and the buffers' alignment choose it) does not change the fused
+    output layer's sum over the units: 4, 8 and 16 float32 lanes (2, 4, 8 float64) give the same bits."""
+    from sciml.kernels import _vec as V
+    from sciml.kernels import taylor_vec as TV
+    rng = np.random.default_rng(9)
+    n, w, S = 512, 32, 4
+    coords, pairs = (0, 1), ((0, 0),)
+    Z0, G0 = _buf(_data(rng, S * n * w, dt)), _buf(_data(rng, S * n * w, dt))
+    b, WL = _buf(rng.standard_normal(w).astype(dt)), _buf(rng.standard_normal(w * 2).astype(dt))
+    bL, GOUT = _buf(rng.standard_normal(2).astype(dt)), _buf(_data(rng, S * n * 2, dt))
+    c = V.LANES[dt]
+    outs = []
+    for L in (c, 2 * c, 4 * c):     # every buffer here is 64-byte aligned: any of these lane counts may run
+        Z, H, G, OUT = _buf(Z0), backend.empty(S * n * w, dt), _buf(G0), backend.empty(S * n * 2, dt)
+        TV.layer_forward(L, "tanh", Z, b, b, H, coords, pairs, n, w, False, dt, top=(WL, bL, OUT, 2))
+        TV.layer_backward(L, "tanh", Z, H, b, G, coords, pairs, n, w, False, dt, top=(GOUT, WL, 2))
+        outs.append((L, H, OUT, G))
+    for L, H, OUT, G in outs[1:]:
+        for x, y, nm in zip((H, OUT, G), outs[0][1:], ("H", "OUT", "G")):
+            _same(x, y, f"{nm} with {L} lanes vs {c}")
+
+
 # --- the other kernels whose serial/parallel choice reads busy() ---------------------------------------
 @pytest.mark.parametrize("dt", DTYPES)
 def test_unary_lanes_same_bits_busy_or_not(monkeypatch, dt):

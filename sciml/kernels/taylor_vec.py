@@ -19,9 +19,13 @@ n = 8192), and the float32 Burgers main job's end point moved with the machine's
 
 Chosen per call by :func:`lanes`: the widest L (host width down to 16 bytes) that divides w and every
 stream buffer's address is aligned for; None (w odd, a misaligned buffer, a device arch): the scalar
-kernels run. Results equal the scalar kernels' elementwise (same formulas, same order); only the fused
-output layer's sum over the w units is taken in a different order (a lane-wise sum over the V vectors,
-then across the lanes): float32 outputs differ in the last bits.
+kernels run. Results equal the scalar kernels' elementwise (same formulas, same order); the fused output
+layer's sum over the w units is taken in an order that does not depend on L: the products in chunks of
+CL = ``_vec.LANES`` units (4 float32, 2 float64; every L is a multiple), the chunks added in unit order
+into a CL-lane accumulator, then its lanes in order, then the bias. So the host's vector width (AVX2,
+AVX-512) and the buffers' alignment (which pick L) do not change the bits; they differ from the scalar
+kernels' in the last bits (float32). (Summed as L-lane vectors and then across the L lanes, as before,
+the order moved with L.)
 
 Used for tanh (``taylor.VEC_ACTS``), the PINN activation: the rational float32 tanh on vectors, float64's
 ``ti.tanh`` lane by lane. The kernels also take the other activations (``taylor._act`` lane by lane), but their
@@ -165,7 +169,9 @@ def _build_fwd(act, dtype, L, NV, first, o, serial, coords, pairs):
     VA = ti.types.ndarray(dtype=ti.types.vector(L, T), ndim=1)
     A = C.arr(dtype)
     fwd, _ = _coeffs(act, dtype, L)
-    hsum, gather = _hsum(ti, L), _gather(ti, T, L)
+    CL = V.LANES[dtype]   # the chunk of the output layer's sum: the narrowest lanes, which every L is a multiple of
+    CV = ti.types.vector(CL, T)
+    hsum, gather = _hsum(ti, CL), _gather(ti, T, L)
     n1, n2 = len(coords), len(pairs)
     S = 1 + n1 + n2
     w = NV * L
@@ -186,7 +192,7 @@ def _build_fwd(act, dtype, L, NV, first, o, serial, coords, pairs):
             wl = [[expr_init(gather(WL, jv * L * o + kk, o)) for jv in ti.static(range(NV))]
                   for kk in ti.static(range(o))]
             for r in range(c * ROWS, ti.min(c * ROWS + ROWS, n)):
-                acc = [[expr_init(bs[0] * ti.cast(0, T)) for kk in ti.static(range(o))] for st in ti.static(range(S))]
+                acc = [[expr_init(CV(ti.cast(0, T))) for kk in ti.static(range(o))] for st in ti.static(range(S))]
                 for jv in ti.static(range(NV)):
                     e = r * NV + jv
                     z = Z[e] + bs[jv]
@@ -209,10 +215,16 @@ def _build_fwd(act, dtype, L, NV, first, o, serial, coords, pairs):
                             hs.append(expr_init(s2 * Z[(1 + a) * nv + e] * Z[(1 + cc) * nv + e]
                                                 + s1 * Z[(1 + n1 + p) * nv + e]))
                         H[(1 + n1 + p) * nv + e] = hs[1 + n1 + p]
-                    if ti.static(top):
+                    if ti.static(top):   # the sum over the w units in a fixed order of CL-lane chunks (module doc)
                         for st in ti.static(range(S)):
                             for kk in ti.static(range(o)):
-                                acc[st][kk] = expr_init(acc[st][kk] + hs[st] * wl[kk][jv])
+                                pr = hs[st] * wl[kk][jv]
+                                if ti.static(L == CL):
+                                    acc[st][kk] = expr_init(acc[st][kk] + pr)
+                                else:
+                                    for q in ti.static(range(L // CL)):
+                                        sub = ti.Vector([pr[q * CL + u] for u in ti.static(range(CL))], dt=T)
+                                        acc[st][kk] = expr_init(acc[st][kk] + sub)
                 if ti.static(top):
                     for st in ti.static(range(S)):
                         for kk in ti.static(range(o)):
