@@ -116,13 +116,17 @@ def test_unary_lanes_same_bits_busy_or_not(monkeypatch, dt):
     rng = np.random.default_rng(1)
     n = 300_003                                   # parallel for the cheap ops when idle; a scalar tail
     x = _buf(_data(rng, n, dt, 3.0))
+    xm = _buf(_data(rng, n + 1, dt, 3.0))[1:]      # misaligned: the scalar exact kernels (float32 tanh, ...)
     ops = sorted(E.VEC_UNARY | (E.VEC_TRANS if dt == "float32" else set()))
     for op in ops:
-        def run():
-            out = backend.empty(n, dt)
-            E.unary(op, x, out, n, dt)
-            return out
-        _same(*_both(monkeypatch, run), op)
+        for src in (x, xm):
+            def run():
+                out = backend.empty(n + 1, dt)[1:] if src is xm else backend.empty(n, dt)
+                E.unary(op, src, out, n, dt)
+                return out
+            _same(*_both(monkeypatch, run), op + (" misaligned" if src is xm else ""))
+    if dt == "float32":
+        assert {k[2] for k in _built("unary_exact")} >= {True, False}
 
 
 @pytest.mark.parametrize("dt", DTYPES)
@@ -241,3 +245,27 @@ def test_burgers_solve_same_bits_busy_or_not(monkeypatch):
     assert len(la) == len(lb) and len(la) > 10
     _same(la, lb, "loss history")
     assert ea == eb
+
+
+# Every caller of busy() and the test above that forces it both ways: a new caller needs a test here.
+COVERED = {"optim.py": "test_adam_lanes", "reduce.py": "test_sum", "taylor_vec.py": "test_taylor_vec_same_bits",
+           "fused.py": "test_fused_lanes", "nn_dropout.py": "test_dense_epilogue", "elementwise.py": "test_unary_lanes",
+           "blas.py": None}   # blas: SCIML_BUSY_BLAS=1 only, documented as load-dependent (docs/perf.md)
+
+
+def test_every_busy_caller_is_covered():
+    import pathlib
+    import re
+    root = pathlib.Path(C.__file__).resolve().parents[1]
+    callers = set()
+    for f in root.rglob("*.py"):
+        for line in f.read_text().splitlines():
+            code = line.split("#", 1)[0]
+            if re.search(r"\b_?busy\(\)", code) and "def busy" not in code:
+                callers.add(f.name)
+    assert callers, "busy() callers not found"
+    missing = callers - set(COVERED)
+    assert not missing, f"busy() read in {sorted(missing)}: add a same-bits test (busy forced both ways) here"
+    names = set(globals())
+    for mod, test in COVERED.items():
+        assert test is None or any(n.startswith(test) for n in names), (mod, test)
