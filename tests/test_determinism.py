@@ -239,7 +239,7 @@ def test_burgers_solve_same_bits_busy_or_not(monkeypatch):
     setup = problems.get("burgers")
 
     def run():
-        r = setup.run(steps=(60, 10), points={"interior": 1024, "boundary": 64, "initial": 64}, seed=0,
+        r = setup.run(steps=(50, 8), points={"interior": 1024, "boundary": 64, "initial": 64}, seed=0,
                       dtype="float32", progress=False, log_every=5)
         return np.asarray(r.history["loss"], np.float64), r.rel_l2
     (la, ea), (lb, eb) = _both(monkeypatch, run)
