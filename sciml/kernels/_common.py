@@ -217,8 +217,15 @@ def busy() -> bool:
     thread, so a parallel launch waits for its slowest thread: with every core busy, a descheduled
     thread stalls the launch. Measured here (2 vCPUs, load average 14, 8-lane kernels at 1e6 float32,
     medians of 25 interleaved rounds): add 3.4 ms serial vs 6.5 ms parallel, tanh 2.7 vs 6.5 ms. The
-    wide vector kernels then run serialized (same results either way: elementwise). ``SCIML_BUSY_SERIAL=0``
-    turns this off."""
+    wide vector kernels then run serialized. ``SCIML_BUSY_SERIAL=0`` turns this off.
+
+    The rule (docs/perf.md, "Reproducibility"): the answer may only choose between two paths that give
+    the same bits. A choice that changes the order of floating-point operations (chunking, lane counts,
+    GEMM threads) depends on sizes, dtype, arch and documented switches only, never on this. A serialized
+    and a parallel compilation of one kernel can differ under fast math (LLVM reassociated a sum inside
+    the fused Taylor output layer differently in the two): kernels that reduce inside an iteration and
+    read this compile without fast math (``exact=True``). tests/test_determinism.py forces the answer
+    both ways for every caller (and fails when a new caller has no such test)."""
     now = _monotonic()
     if now >= _busy[0]:
         _busy[0] = now + 1.0

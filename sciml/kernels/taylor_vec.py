@@ -10,11 +10,22 @@ the fused output layer's W_out) stay scalar ndarrays: their vectors are gathered
 rows (hoisted out of the row loop), not per row. A launch runs the tasks on idle threads in turn
 (``_vec.VecLaunch(dynamic=True)``), or serialized when the loop is small or the host busy.
 
+The kernels are compiled without fast math (``exact=True``: IEEE arithmetic, no reassociation), so the
+serialized and the parallel kernel give the same bits and the host's load (``_common.busy``) only picks
+the faster of two identical paths. With fast math, LLVM reassociated the fused output layer's sum over the
+w units differently in the two compilations (2,018 of 32,768 float32 outputs differed in the last bits at
+n = 8192), and the float32 Burgers main job's end point moved with the machine's load (rel. L2 2.7e-5 vs
+3.8e-5). Measured here (n = 8192, w = 20, S = 4, forward + backward of the output layer): no slower.
+
 Chosen per call by :func:`lanes`: the widest L (host width down to 16 bytes) that divides w and every
 stream buffer's address is aligned for; None (w odd, a misaligned buffer, a device arch): the scalar
-kernels run. Results equal the scalar kernels' elementwise (same formulas, same order); only the fused
-output layer's sum over the w units is taken in a different order (a lane-wise sum over the V vectors,
-then across the lanes): float32 outputs differ in the last bits.
+kernels run. Results equal the scalar kernels' elementwise (same formulas, same order); the fused output
+layer's sum over the w units is taken in an order that does not depend on L: the products in chunks of
+CL = ``_vec.LANES`` units (4 float32, 2 float64; every L is a multiple), the chunks added in unit order
+into a CL-lane accumulator, then its lanes in order, then the bias. So the host's vector width (AVX2,
+AVX-512) and the buffers' alignment (which pick L) do not change the bits; they differ from the scalar
+kernels' in the last bits (float32). (Summed as L-lane vectors and then across the L lanes, as before,
+the order moved with L.)
 
 Used for tanh (``taylor.VEC_ACTS``), the PINN activation: the rational float32 tanh on vectors, float64's
 ``ti.tanh`` lane by lane. The kernels also take the other activations (``taylor._act`` lane by lane), but their
@@ -59,7 +70,7 @@ def layer_forward(L, act, Z, b, W, H, coords, pairs, n: int, w: int, first: bool
     WL, bL, OUT, o = top if top is not None else (b, b, b, 0)
     key = ("taylor_vfwd", act, dtype, L, w, first, o, serial, tuple(coords) if first else len(coords), tuple(pairs))
     k = V.cached(key, lambda: _build_fwd(act, dtype, L, w // L, first, o, serial, tuple(coords), tuple(pairs)),
-                 (L, 1, 1, L, 1, 1, 1), dynamic=not serial)
+                 (L, 1, 1, L, 1, 1, 1), exact=True, dynamic=not serial)
     Wf = W if first else b
     rows = n if first else S * n
     _launch(k, (Z, b, Wf, H, WL, bL, OUT),
@@ -75,7 +86,7 @@ def layer_backward(L, act, Z, HV, W, G, coords, pairs, n: int, w: int, first: bo
     GOUT, WL, o = top if top is not None else (G, G, 0)
     key = ("taylor_vbwd", act, dtype, L, w, first, o, serial, tuple(coords) if first else len(coords), tuple(pairs))
     k = V.cached(key, lambda: _build_bwd(act, dtype, L, w // L, first, o, serial, tuple(coords), tuple(pairs)),
-                 (L, L, 1, L, 1, 1), dynamic=not serial)
+                 (L, L, 1, L, 1, 1), exact=True, dynamic=not serial)
     Wf = W if first else GOUT
     rows = n if first else S * n
     _launch(k, (Z, HV, Wf, G, GOUT, WL),
@@ -158,7 +169,9 @@ def _build_fwd(act, dtype, L, NV, first, o, serial, coords, pairs):
     VA = ti.types.ndarray(dtype=ti.types.vector(L, T), ndim=1)
     A = C.arr(dtype)
     fwd, _ = _coeffs(act, dtype, L)
-    hsum, gather = _hsum(ti, L), _gather(ti, T, L)
+    CL = V.LANES[dtype]   # the chunk of the output layer's sum: the narrowest lanes, which every L is a multiple of
+    CV = ti.types.vector(CL, T)
+    hsum, gather = _hsum(ti, CL), _gather(ti, T, L)
     n1, n2 = len(coords), len(pairs)
     S = 1 + n1 + n2
     w = NV * L
@@ -179,7 +192,7 @@ def _build_fwd(act, dtype, L, NV, first, o, serial, coords, pairs):
             wl = [[expr_init(gather(WL, jv * L * o + kk, o)) for jv in ti.static(range(NV))]
                   for kk in ti.static(range(o))]
             for r in range(c * ROWS, ti.min(c * ROWS + ROWS, n)):
-                acc = [[expr_init(bs[0] * ti.cast(0, T)) for kk in ti.static(range(o))] for st in ti.static(range(S))]
+                acc = [[expr_init(CV(ti.cast(0, T))) for kk in ti.static(range(o))] for st in ti.static(range(S))]
                 for jv in ti.static(range(NV)):
                     e = r * NV + jv
                     z = Z[e] + bs[jv]
@@ -202,10 +215,16 @@ def _build_fwd(act, dtype, L, NV, first, o, serial, coords, pairs):
                             hs.append(expr_init(s2 * Z[(1 + a) * nv + e] * Z[(1 + cc) * nv + e]
                                                 + s1 * Z[(1 + n1 + p) * nv + e]))
                         H[(1 + n1 + p) * nv + e] = hs[1 + n1 + p]
-                    if ti.static(top):
+                    if ti.static(top):   # the sum over the w units in a fixed order of CL-lane chunks (module doc)
                         for st in ti.static(range(S)):
                             for kk in ti.static(range(o)):
-                                acc[st][kk] = expr_init(acc[st][kk] + hs[st] * wl[kk][jv])
+                                pr = hs[st] * wl[kk][jv]
+                                if ti.static(L == CL):
+                                    acc[st][kk] = expr_init(acc[st][kk] + pr)
+                                else:
+                                    for q in ti.static(range(L // CL)):
+                                        sub = ti.Vector([pr[q * CL + u] for u in ti.static(range(CL))], dt=T)
+                                        acc[st][kk] = expr_init(acc[st][kk] + sub)
                 if ti.static(top):
                     for st in ti.static(range(S)):
                         for kk in ti.static(range(o)):
