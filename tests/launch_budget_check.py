@@ -118,7 +118,11 @@ def solve_adam():
         with launch_count.counting() as c:
             solve(problem, MLP(SIZES, activation=sm.tanh, seed=0), stages=[(Adam(lr=1e-3), steps)], **kw)
         runs[steps] = c
-    return {k: (runs[5][k] - runs[2][k]) / 3 for k in runs[5]}
+    out = {k: (runs[5][k] - runs[2][k]) / 3 for k in runs[5]}
+    names = runs[5].names.copy()
+    names.subtract(runs[2].names)
+    out["names"] = {k: v / 3 for k, v in names.most_common() if v}
+    return out
 
 
 def lbfgs_iter():
@@ -146,7 +150,7 @@ def lbfgs_iter():
     AD.value_and_grad = counted_vg
 
     def collections_snapshot():
-        return {**launch_count.TOTAL, "eval_launch": evals["launch"]}
+        return {**launch_count.TOTAL, "eval_launch": evals["launch"], "names": collections.Counter(launch_count.NAMES)}
 
     def cb(info):
         rows.append((info.nfev, collections_snapshot()))
@@ -160,6 +164,10 @@ def lbfgs_iter():
             continue
         for k in ("launch", "read", "upload", "alloc"):
             worst[k] = max(worst.get(k, 0), s1.get(k, 0) - s0.get(k, 0))
+        if s1["launch"] - s0["launch"] >= worst.get("launch", 0):
+            names = s1["names"].copy()
+            names.subtract(s0["names"])
+            worst["names"] = {k: v for k, v in names.most_common() if v}
         worst["own_launch"] = max(worst.get("own_launch", 0),
                                   s1["launch"] - s0["launch"] - (s1["eval_launch"] - s0["eval_launch"]))
     worst["iterations"] = sum(1 for (f0, _), (f1, _) in list(zip(rows, rows[1:]))[3:] if f1 - f0 == 1)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import weakref
 
 import numpy as np
@@ -36,6 +37,7 @@ from ..autodiff.backward import needs
 from ..autodiff import ops as _ops
 from ..autodiff.ops import linalg as _linalg_ops
 from ..autodiff.ops.reduce import reshape
+from ..autodiff import primitive as _P
 from ..autodiff.primitive import Primitive
 from ..autodiff.tensor import zeros
 from ..autodiff.transforms import jvp, vjp
@@ -317,6 +319,7 @@ def _jet_streams(layers, act, x, coords, streams, jin=False):
 
 @_fused.def_vjp
 def _fused_vjp(g, x, *params, out, act, coords, pairs, high=(), jin=False):
+    _acc_done(out)
     want_x = needs(0)
     flat = _adjoint(g, out, x, *params, act=act, coords=coords, pairs=pairs, want_x=want_x, high=high, jin=jin)
     shapes = ([x.shape] if want_x else []) + [p.shape for p in params]
@@ -360,11 +363,17 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=
     flat = backend.empty(total, dtype)
     pending = []
     base = 1 if want_x else 0
+    parts = None
+    if not backend.on_host() and backend.TRACE[0] is None:   # devices: one buffer per cotangent, no copies
+        parts = [backend.empty(size, dtype) for size in sizes]
+        _presplit(flat, {int(offs[i]): parts[i] for i in range(len(sizes))})
 
     def region(i):
-        return _sub(flat, int(offs[i]), sizes[i], dtype, pending)
+        return parts[i] if parts is not None else _sub(flat, int(offs[i]), sizes[i], dtype, pending)
 
     def into(i):  # a GEMM's output region: on devices written in place (dW1/db1 stay regions: first_finish)
+        if parts is not None:
+            return (parts[i], 0)
         return region(i) if backend.on_host() else (flat, int(offs[i]))
 
     G = g._buf
@@ -425,6 +434,7 @@ def _adjoint_composite(g, x, *params, act, coords, pairs, want_x, high=(), jin=F
 
 @_adjoint.def_vjp
 def _adjoint_vjp(ga, g, fout, x, *params, out, act, coords, pairs, want_x, high=(), jin=False):
+    _acc_done(out)
     f = lambda g_, x_, *p: _adjoint_composite(g_, x_, *p, act=act, coords=coords, pairs=pairs,  # noqa: E731
                                                want_x=want_x, high=high, jin=jin)
     cts = vjp(f, g, x, *params)[1](ga)
@@ -442,10 +452,53 @@ def _adjoint_jvp(ts, g, fout, x, *params, out, act, coords, pairs, want_x, high=
 
 
 # --- zero-copy blocks of a flat tensor ----------------------------------------------------
+# On devices a block cannot be a view (a Tensor owns a whole Taichi ndarray). Two ways around the copy:
+#  - pre-split outputs: the adjoint writes each cotangent into its own buffer and registers them here
+#    (``_PRESPLIT[id(flat)] = {offset: buffer}``, ``flat`` itself stays unwritten); ``_block`` hands out
+#    the registered buffer (once: a second request for the same block copies from it; any other
+#    request first copies every part into ``flat``);
+#  - the blocks' cotangents (first order, no graph recorded, outside sm.jit) are copied straight into
+#    ONE zero buffer per sweep (``_ACC``): the first block's VJP allocates it and returns it as the
+#    cotangent of the stacked tensor, the other blocks copy theirs into it and return None, so the
+#    sum of the blocks' scattered cotangents costs one copy per block and no additions.
+_PRESPLIT: dict = {}
+_ACC = weakref.WeakKeyDictionary()   # node of the stacked tensor -> {thread id: (buffer Tensor, offsets done)}
+
+
+def _presplit(flat, parts):
+    key = id(flat)
+    _PRESPLIT[key] = parts
+    weakref.finalize(flat, _PRESPLIT.pop, key, None)
+
+
+def _from_parts(x, off, size):
+    """A block of a pre-split flat buffer: the registered part itself, a copy of it, or (None) not pre-split."""
+    parts = _PRESPLIT.get(id(x._buf))
+    if parts is None:
+        return None
+    hit = parts.get(off)
+    buf = hit[0] if isinstance(hit, tuple) else hit
+    if buf is not None and buf.shape[0] == size:
+        if not isinstance(hit, tuple):
+            parts[off] = (buf,)   # handed out: later requests copy from it
+            return buf
+        out = backend.empty(size, x.dtype)
+        TK.copy(buf, 0, out, 0, size, x.dtype)
+        return out
+    for o, b in list(parts.items()):   # any other block: fill flat first (correct for every request)
+        b = b[0] if isinstance(b, tuple) else b
+        TK.copy(b, 0, x._buf, o, b.shape[0], x.dtype)
+    _PRESPLIT.pop(id(x._buf), None)
+    return None
+
+
 def _block_forward(x, off, shape):
     size = math.prod(shape)
     if backend.on_host():
         return x._buf[off:off + size], shape, x.dtype
+    part = _from_parts(x, off, size) if _PRESPLIT else None
+    if part is not None:
+        return part, shape, x.dtype
     out = backend.empty(size, x.dtype)
     if size:
         TK.copy(x._buf, off, out, 0, size, x.dtype)
@@ -461,7 +514,36 @@ def _unblock_forward(g, off, total, in_shape):
 
 _block = Primitive("block", _block_forward)       # out = x.flat[off:off+size].reshape(shape)
 _unblock = Primitive("unblock", _unblock_forward)  # its transpose
-_block.def_vjp(lambda g, x, out, off, shape: (_unblock(g, off=off, total=x.size, in_shape=x.shape),))
+
+
+def _block_vjp(g, x, out, off, shape):
+    node = x._node
+    if (backend.on_host() or backend.TRACE[0] is not None or node is None or g._buf is None or g._tangents
+            or _P.is_grad_enabled()):
+        return (_unblock(g, off=off, total=x.size, in_shape=x.shape),)
+    per = _ACC.get(node)
+    if per is None:
+        per = _ACC[node] = {}
+    tid = threading.get_ident()
+    st = per.get(tid)
+    if st is None or off in st[1]:   # the first block of this sweep (a block seen twice: a new sweep)
+        acc = _unblock(g, off=off, total=x.size, in_shape=x.shape)
+        per[tid] = (acc, {off})
+        return (acc,)
+    if g.size:
+        TK.copy(g._buf, 0, st[0]._buf, off, g.size, g.dtype)
+    st[1].add(off)
+    return (None,)
+
+
+def _acc_done(out):
+    """The stacked tensor's cotangent was consumed: the next sweep starts a new accumulation buffer."""
+    per = _ACC.get(out._node) if out._node is not None else None
+    if per:
+        per.pop(threading.get_ident(), None)
+
+
+_block.def_vjp(_block_vjp)
 _block.def_jvp(lambda ts, x, out, off, shape: _block(ts[0], off=off, shape=shape))
 _unblock.def_vjp(lambda g, x, out, off, total, in_shape: (_block(g, off=off, shape=x.shape),))
 _unblock.def_jvp(lambda ts, x, out, off, total, in_shape: _unblock(ts[0], off=off, total=total,
