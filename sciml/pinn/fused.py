@@ -44,6 +44,7 @@ from ..autodiff.transforms import jvp, vjp
 from ..kernels import blas as _kblas
 from ..kernels import linalg as LK
 from ..kernels import taylor as TK
+from ..kernels.taylor_split import SPLIT_MAX as _SPLIT_MAX
 from . import generic
 
 MAX_ORDER = 4   # orders 3 and 4: the general stream kernels (taylor.layer_forward_k)
@@ -67,12 +68,13 @@ def supports(activation, derivs) -> bool:
 
 
 # --- helpers ------------------------------------------------------------------------------
-def _gemm(a, b, out, m, n, k, ta=False, tb=False, dtype="float64", batch=1):
+def _gemm(a, b, out, m, n, k, ta=False, tb=False, dtype="float64", batch=1, defer=None, lvl=0):
     """out = op(a) @ op(b). On CPU with BLAS, a large GEMM is split in two halves run on two
     threads, each a single-threaded BLAS call (see ``_Threads``). ``out`` = (buffer, offset) on devices:
-    C is written in place into that region of a larger buffer (no temporary and no copy kernel)."""
+    C is written in place into that region of a larger buffer (no temporary and no copy kernel);
+    ``defer``/``lvl``: ``device_gemm``'s (its column sums gathered for ``colsum.run``)."""
     if isinstance(out, tuple):
-        _kblas.device_gemm(a, b, out[0], batch, m, n, k, ta, tb, dtype, out_off=out[1])
+        _kblas.device_gemm(a, b, out[0], batch, m, n, k, ta, tb, dtype, out_off=out[1], defer=defer, ws_level=lvl)
         return
     blas = _linalg_ops._blas["enabled"]
     if _THREADS.active and batch == 1 and (blas is None or blas):
@@ -171,6 +173,14 @@ class _MKLThreads:
 _THREADS = _Threads()
 
 
+def _flush(jobs, dtype):
+    """Run the column sums gathered in ``jobs`` (device path; None on the host) and empty the list."""
+    if jobs:
+        from ..kernels import colsum as _cs
+        _cs.run(jobs, dtype)
+        jobs.clear()
+
+
 def _ones(count, dtype):
     buf = _ONES.get(dtype)
     if buf is None or _ONES[dtype + "_n"] < count:
@@ -264,6 +274,10 @@ def _forward_impl(x, *params, act, coords, pairs, high=(), jin=False):
     o = WL.shape[1]
     out = backend.empty(S * n * o, dtype)
     top = (WL._buf, bL._buf, out, o)   # the linear output layer, fused into the last activation layer
+    if not high and not backend.on_host() and backend.TRACE[0] is None and S <= _SPLIT_MAX:
+        outs = [backend.empty(n * o, dtype) for _ in range(S)]   # devices: each stream its own buffer,
+        top = (WL._buf, bL._buf, outs, o)                        # handed out by _block without a copy
+        _presplit(out, {s * n * o: outs[s] for s in range(S)})
     W, b = params[0], params[1]
     w = W.shape[1]
     rows = S * n if jin else n
@@ -380,8 +394,12 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=
     W = params[-2]
     w, o = W.shape
     ones = _ones(max(n * (1 + n1), n), dtype)
-    _gemm(Hs[-1], G, into(base + 2 * L - 2), w, o, S * n, ta=True, dtype=dtype)     # dW_L
-    _gemm(ones, G, into(base + 2 * L - 1), 1, o, n, dtype=dtype)                    # db_L
+    # devices: a layer's weight-gradient column sums (o = 1, or split-K partials) and bias column sums
+    # run two per launch (colsum.run; distinct workspace levels; each sum in its own order: same bits)
+    dfr = [] if parts is not None else None
+    _gemm(Hs[-1], G, into(base + 2 * L - 2), w, o, S * n, ta=True, dtype=dtype, defer=dfr, lvl=0)     # dW_L
+    _gemm(ones, G, into(base + 2 * L - 1), 1, o, n, dtype=dtype, defer=dfr, lvl=2)                    # db_L
+    _flush(dfr, dtype)
     top = (G, W._buf, o)   # dH = G W_L^T is formed inside the last activation layer's adjoint kernel
     dH = _take(S * n * w, dtype)
     for k in range(L - 2, 0, -1):
@@ -389,8 +407,9 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=
         w_in, w = W.shape
         _layer_bwd(act, Zs[k], Hs[k], None, dH, coords, pairs, high, n, w, False, dtype,
                    top if k == L - 2 else None)
-        _gemm(Hs[k - 1], dH, into(base + 2 * k), w_in, w, S * n, ta=True, dtype=dtype)
-        _gemm(ones, dH, into(base + 2 * k + 1), 1, w, n, dtype=dtype)
+        _gemm(Hs[k - 1], dH, into(base + 2 * k), w_in, w, S * n, ta=True, dtype=dtype, defer=dfr, lvl=0)
+        _gemm(ones, dH, into(base + 2 * k + 1), 1, w, n, dtype=dtype, defer=dfr, lvl=2)
+        _flush(dfr, dtype)
         dH_in = _take(S * n * w_in, dtype)
         _gemm(dH, W._buf, dH_in, S * n, w_in, w, tb=True, dtype=dtype)
         _give([dH], dtype)
@@ -407,6 +426,23 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=
         _give([dH], dtype)
         for buf, off, size in pending:
             TK.copy(buf, 0, flat, off, size, dtype)
+        return flat, (total,), dtype
+    if parts is not None and n1 and tuple(coords) == tuple(range(coords[0], coords[0] + n1)):
+        # db1 = the value block's column sums, dW1[coords] += the first-derivative blocks' (first_finish's
+        # work) as two column sums split as the batched one was, launched with dW1's GEMM's partial sums
+        _gemm(x._buf, dH, into(base), d, w, n, ta=True, dtype=dtype, defer=dfr, lvl=0)
+        pb = dict(weights=ones, plan_batch=1 + n1, row_stride=w, x_batch=n * w, w_batch=n)
+        from ..kernels import colsum as _cs
+        _cs.colsum(dH, region(base + 1), 1, n, w, dtype, level=2, defer=dfr, **pb)
+        acc = []
+        _cs.colsum(dH, dW1, n1, n, w, dtype, level=4, accumulate=True, x_off=n * w, out_off=coords[0] * w,
+                   defer=acc, **pb)
+        if dfr[:-1] and _cs.plan(1 + n1, n, w)[1] == 1:   # dW1's pending sum and dW1 += ... in one launch: no
+            _flush(dfr, dtype)
+        _flush(dfr + acc, dtype)
+        if want_x:
+            _gemm(dH, W._buf, into(0), n, d, w, tb=True, dtype=dtype)
+        _give([dH], dtype)
         return flat, (total,), dtype
     _gemm(x._buf, dH, dW1, d, w, n, ta=True, dtype=dtype)
     cs = backend.empty((1 + n1) * w, dtype)
