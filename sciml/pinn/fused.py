@@ -497,8 +497,16 @@ def _adjoint_jvp(ts, g, fout, x, *params, out, act, coords, pairs, want_x, high=
 #    ONE zero buffer per sweep (``_ACC``): the first block's VJP allocates it and returns it as the
 #    cotangent of the stacked tensor, the other blocks copy theirs into it and return None, so the
 #    sum of the blocks' scattered cotangents costs one copy per block and no additions.
+#    Only for a tensor whose consumers are known to be disjoint blocks, one per offset (``_disjoint``:
+#    registered right after they are made; one more ``_block`` of it drops the registration).
 _PRESPLIT: dict = {}
 _ACC = weakref.WeakKeyDictionary()   # node of the stacked tensor -> {thread id: (buffer Tensor, offsets done)}
+_DISJOINT = weakref.WeakKeyDictionary()   # nodes whose only consumers are disjoint blocks (made so far)
+
+
+def _disjoint(x):
+    if x._node is not None and not backend.on_host():
+        _DISJOINT[x._node] = True
 
 
 def _presplit(flat, parts):
@@ -532,6 +540,8 @@ def _block_forward(x, off, shape):
     size = math.prod(shape)
     if backend.on_host():
         return x._buf[off:off + size], shape, x.dtype
+    if _DISJOINT and x._node is not None:
+        _DISJOINT.pop(x._node, None)   # a block beyond the registered ones: the cotangents add as usual
     part = _from_parts(x, off, size) if _PRESPLIT else None
     if part is not None:
         return part, shape, x.dtype
@@ -554,8 +564,8 @@ _unblock = Primitive("unblock", _unblock_forward)  # its transpose
 
 def _block_vjp(g, x, out, off, shape):
     node = x._node
-    if (backend.on_host() or backend.TRACE[0] is not None or node is None or g._buf is None or g._tangents
-            or _P.is_grad_enabled()):
+    if (backend.on_host() or backend.TRACE[0] is not None or node is None or node not in _DISJOINT
+            or g._buf is None or g._tangents or _P.is_grad_enabled()):
         return (_unblock(g, off=off, total=x.size, in_shape=x.shape),)
     per = _ACC.get(node)
     if per is None:
@@ -592,6 +602,7 @@ def _split(flat, shapes):
         size = math.prod(s)
         out.append(_block(flat, off=off, shape=tuple(s)))
         off += size
+    _disjoint(flat)
     return out
 
 
@@ -618,7 +629,9 @@ def mlp_jet(layers, activation, F):
     else:
         stacked = _fused(X, *params, act=act, coords=coords, pairs=pairs, high=high, jin=True)
     o = stacked.shape[2]
-    return jets.JetTensor.of({m: _block(stacked, off=index[m] * n * o, shape=(n, o)) for m in order}, spec)
+    blocks = {m: _block(stacked, off=index[m] * n * o, shape=(n, o)) for m in order}
+    _disjoint(stacked)
+    return jets.JetTensor.of(blocks, spec)
 
 
 
@@ -685,4 +698,5 @@ def mlp_derivatives(layers, activation, x, derivs):
         if s not in views:
             views[s] = _block(stacked, off=s * n * o, shape=(n, o))
         out[key] = views[s]
+    _disjoint(stacked)
     return out
