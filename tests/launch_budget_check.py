@@ -10,10 +10,11 @@ Scenarios (small sizes, float32; counts of a step after two warm-up steps):
   w2_bench      the same at the W2 benchmark's 10,400 points (long sums: the GEMMs and column sums split)
   w2_bench_fused  ``w2_bench`` with the fused loss
   solve_adam    ``pinn.solve`` on Burgers (soft conditions, 300 points), Adam: per step, as the
-                difference of a 5-step and a 2-step run (log lines are outside both)
+                difference of a 5-step and a 2-step run (log lines are outside both); ``names`` too
   lbfgs_iter    ``pinn.solve`` with ``LBFGS(history=3)``: the largest per-iteration counts over
                 iterations with one function evaluation, once the history is full; ``own_launch``:
-                the launches outside the loss's value_and_grad (L-BFGS's own)
+                the launches outside the loss's value_and_grad (L-BFGS's own); ``names``: those of
+                the iteration with the most launches
   solve_fused_history  ``pinn.solve`` with fused loss terms and without: ``same_bits`` 1 if the histories agree
   all_reduce    ``distributed.all_reduce`` of a Tensor pytree with one process
 """

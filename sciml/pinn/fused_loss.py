@@ -11,6 +11,10 @@ Burgers main job: rel. L2 2.75e-5 fused, 4.17e-5 unfused). ``SCIML_FUSE_LOSS=0``
 ``MODE[0] = False / True``) forces it off / on. A term whose residual uses an op a region cannot hold
 (a GEMM, ``where``, gathers at point indices) runs unfused; so does every term of a problem with
 trainable coefficients.
+
+On devices also: a term's region takes only the derivatives its trace read, and :func:`weighted_total`
+(the solver's ``sum_i w_i * term_i``) is one region over the derivative Tensors, whose backward is ONE
+kernel for every term (the terms' regions still run forward: the history logs them). Same bits.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ MODE = [None]  # None: the environment / the arch decides; True / False: forced
 _LAST = [None]  # devices: (terms, state, keys, derivative Tensors, term fns) of the latest ``terms`` call
 _TOTALS: dict = {}  # number of terms -> the region of sum_i t_i * w_i
 runtime.on_shutdown(_TOTALS.clear)
+runtime.on_shutdown(lambda: _LAST.__setitem__(0, None))
 
 
 def enabled() -> bool:
