@@ -10,10 +10,11 @@ Scenarios (small sizes, float32; counts of a step after two warm-up steps):
   w2_bench      the same at the W2 benchmark's 10,400 points (long sums: the GEMMs and column sums split)
   w2_bench_fused  ``w2_bench`` with the fused loss
   solve_adam    ``pinn.solve`` on Burgers (soft conditions, 300 points), Adam: per step, as the
-                difference of a 5-step and a 2-step run (log lines are outside both)
+                difference of a 5-step and a 2-step run (log lines are outside both); ``names`` too
   lbfgs_iter    ``pinn.solve`` with ``LBFGS(history=3)``: the largest per-iteration counts over
                 iterations with one function evaluation, once the history is full; ``own_launch``:
-                the launches outside the loss's value_and_grad (L-BFGS's own)
+                the launches outside the loss's value_and_grad (L-BFGS's own); ``names``: those of
+                the iteration with the most launches
   solve_fused_history  ``pinn.solve`` with fused loss terms and without: ``same_bits`` 1 if the histories agree
   all_reduce    ``distributed.all_reduce`` of a Tensor pytree with one process
 """
@@ -118,7 +119,11 @@ def solve_adam():
         with launch_count.counting() as c:
             solve(problem, MLP(SIZES, activation=sm.tanh, seed=0), stages=[(Adam(lr=1e-3), steps)], **kw)
         runs[steps] = c
-    return {k: (runs[5][k] - runs[2][k]) / 3 for k in runs[5]}
+    out = {k: (runs[5][k] - runs[2][k]) / 3 for k in runs[5]}
+    names = runs[5].names.copy()
+    names.subtract(runs[2].names)
+    out["names"] = {k: v / 3 for k, v in names.most_common() if v}
+    return out
 
 
 def lbfgs_iter():
@@ -146,7 +151,7 @@ def lbfgs_iter():
     AD.value_and_grad = counted_vg
 
     def collections_snapshot():
-        return {**launch_count.TOTAL, "eval_launch": evals["launch"]}
+        return {**launch_count.TOTAL, "eval_launch": evals["launch"], "names": collections.Counter(launch_count.NAMES)}
 
     def cb(info):
         rows.append((info.nfev, collections_snapshot()))
@@ -160,6 +165,10 @@ def lbfgs_iter():
             continue
         for k in ("launch", "read", "upload", "alloc"):
             worst[k] = max(worst.get(k, 0), s1.get(k, 0) - s0.get(k, 0))
+        if s1["launch"] - s0["launch"] >= worst.get("launch", 0):
+            names = s1["names"].copy()
+            names.subtract(s0["names"])
+            worst["names"] = {k: v for k, v in names.most_common() if v}
         worst["own_launch"] = max(worst.get("own_launch", 0),
                                   s1["launch"] - s0["launch"] - (s1["eval_launch"] - s0["eval_launch"]))
     worst["iterations"] = sum(1 for (f0, _), (f1, _) in list(zip(rows, rows[1:]))[3:] if f1 - f0 == 1)

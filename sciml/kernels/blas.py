@@ -408,10 +408,13 @@ def device_plan(batch: int, m: int, n: int, k: int):
 
 
 def device_gemm(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str,
-                accumulate: bool = False, out_off: int = 0):
+                accumulate: bool = False, out_off: int = 0, defer=None, ws_level: int = 0):
     """out[out_off:] (batch, m, n) (+)= op(a) @ op(b) on flat device buffers: a (batch, m, k), or
     (batch, k, m) with ``ta``; b (batch, k, n), or (batch, n, k) with ``tb``. 1 launch, 2 when k is
-    split. ``out_off``: C starts there (a region of a larger buffer, written in place)."""
+    split. ``out_off``: C starts there (a region of a larger buffer, written in place). ``defer``: a
+    list that receives the column sum(s) still to run (one-row / one-column GEMMs, split-K partial
+    sums) instead of launching them, for ``colsum.run`` to pair with others; ``ws_level``: the
+    workspace level of this GEMM's partials and column sums (deferred sums need distinct ones)."""
     from . import colsum as _cs
     if batch * m * n == 0:
         return
@@ -423,11 +426,11 @@ def device_gemm(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: boo
     sbk, sbj = (1, k) if tb else (n, 1)   # B(kk, j) = b[bt*k*n + kk*sbk + j*sbj]
     if m == 1:  # out[b, j] = sum_kk a[b, kk] B(kk, j): a weighted column sum of B
         _cs.colsum(b, out, batch, k, n, dtype, weights=a, accumulate=accumulate, x_batch=k * n,
-                   row_stride=sbk, col_stride=sbj, w_batch=k, out_off=out_off)
+                   row_stride=sbk, col_stride=sbj, w_batch=k, out_off=out_off, defer=defer, level=ws_level)
         return
     if n == 1:  # out[b, i] = sum_kk A(i, kk) b[b, kk]: a weighted column sum of A^T
         _cs.colsum(a, out, batch, k, m, dtype, weights=b, accumulate=accumulate, x_batch=m * k,
-                   row_stride=sak, col_stride=sai, w_batch=k, out_off=out_off)
+                   row_stride=sak, col_stride=sai, w_batch=k, out_off=out_off, defer=defer, level=ws_level)
         return
     kc, nch = device_plan(batch, m, n, k)
     from . import _common as C
@@ -436,10 +439,10 @@ def device_gemm(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: boo
         kern(a, b, out, batch, m, n, k, sai, sak, sbk, sbj, kc, 1, int(accumulate), out_off)
         return
     total = batch * m * n
-    ws = _cs.workspace(nch * total, dtype)
+    ws = _cs.workspace(nch * total, dtype, ws_level)
     kern(a, b, ws, batch, m, n, k, sai, sak, sbk, sbj, kc, nch, 2, 0)
     _cs.colsum(ws, out, 1, nch, total, dtype, accumulate=accumulate, x_batch=0, row_stride=total, out_off=out_off,
-               level=1)
+               level=ws_level + 1, defer=defer)
 
 
 def _build_device(dtype):

@@ -106,6 +106,17 @@ def layer_forward(act, Z, b, W, H, coords, pairs, n: int, w: int, first: bool, d
     S = 1 + len(coords) + len(pairs)
     serial = C.launch_mode(n * w * S)
     WL, bL, OUT, o = top if top is not None else (b, b, b, 0)
+    if isinstance(OUT, (list, tuple)):   # one output buffer per stream (the device path: no copies out of OUT)
+        from .taylor_split import SPLIT_MAX
+        if len(OUT) != S or S > SPLIT_MAX:
+            raise ValueError(f"taylor.layer_forward: {len(OUT)} output buffers for {S} streams (at most {SPLIT_MAX})")
+        key = ("taylor_fwd_split", act, dtype, first, o, serial, tuple(coords) if first else len(coords),
+               tuple(pairs))
+        from .taylor_split import build_fwd_split
+        k = C.cached(key, lambda: build_fwd_split(act, dtype, first, o, serial, tuple(coords), tuple(pairs)))
+        outs = list(OUT) + [OUT[0]] * (SPLIT_MAX - S)
+        k(Z, b, W if first else b, H, WL, bL, *outs, n, w)
+        return
     key = ("taylor_fwd", act, dtype, first, o, serial, tuple(coords) if first else len(coords), tuple(pairs))
     k = C.cached(key, lambda: _build_fwd(act, dtype, first, o, serial, tuple(coords), tuple(pairs)))
     k(Z, b, W if first else b, H, WL, bL, OUT, n, w)

@@ -25,7 +25,6 @@ solver whether this path applies.
 """
 from __future__ import annotations
 
-import math
 import os
 import weakref
 
@@ -42,7 +41,9 @@ from ..autodiff.transforms import jvp, vjp
 from ..kernels import blas as _kblas
 from ..kernels import linalg as LK
 from ..kernels import taylor as TK
+from ..kernels.taylor_split import SPLIT_MAX as _SPLIT_MAX
 from . import generic
+from .fused_blocks import _acc_done, _block, _disjoint, _presplit, _split, _unblock  # noqa: F401
 
 MAX_ORDER = 4   # orders 3 and 4: the general stream kernels (taylor.layer_forward_k)
 _SAVED: dict = {}   # id(output buffer) -> (Zs, Hs): residuals for the adjoint
@@ -65,12 +66,13 @@ def supports(activation, derivs) -> bool:
 
 
 # --- helpers ------------------------------------------------------------------------------
-def _gemm(a, b, out, m, n, k, ta=False, tb=False, dtype="float64", batch=1):
+def _gemm(a, b, out, m, n, k, ta=False, tb=False, dtype="float64", batch=1, defer=None, lvl=0):
     """out = op(a) @ op(b). On CPU with BLAS, a large GEMM is split in two halves run on two
     threads, each a single-threaded BLAS call (see ``_Threads``). ``out`` = (buffer, offset) on devices:
-    C is written in place into that region of a larger buffer (no temporary and no copy kernel)."""
+    C is written in place into that region of a larger buffer (no temporary and no copy kernel);
+    ``defer``/``lvl``: ``device_gemm``'s (its column sums gathered for ``colsum.run``)."""
     if isinstance(out, tuple):
-        _kblas.device_gemm(a, b, out[0], batch, m, n, k, ta, tb, dtype, out_off=out[1])
+        _kblas.device_gemm(a, b, out[0], batch, m, n, k, ta, tb, dtype, out_off=out[1], defer=defer, ws_level=lvl)
         return
     blas = _linalg_ops._blas["enabled"]
     if _THREADS.active and batch == 1 and (blas is None or blas):
@@ -169,6 +171,14 @@ class _MKLThreads:
 _THREADS = _Threads()
 
 
+def _flush(jobs, dtype):
+    """Run the column sums gathered in ``jobs`` (device path; None on the host) and empty the list."""
+    if jobs:
+        from ..kernels import colsum as _cs
+        _cs.run(jobs, dtype)
+        jobs.clear()
+
+
 def _ones(count, dtype):
     buf = _ONES.get(dtype)
     if buf is None or _ONES[dtype + "_n"] < count:
@@ -262,6 +272,10 @@ def _forward_impl(x, *params, act, coords, pairs, high=(), jin=False):
     o = WL.shape[1]
     out = backend.empty(S * n * o, dtype)
     top = (WL._buf, bL._buf, out, o)   # the linear output layer, fused into the last activation layer
+    if not high and not backend.on_host() and backend.TRACE[0] is None and S <= _SPLIT_MAX:
+        outs = [backend.empty(n * o, dtype) for _ in range(S)]   # devices: each stream its own buffer,
+        top = (WL._buf, bL._buf, outs, o)                        # handed out by _block without a copy
+        _presplit(out, {s * n * o: outs[s] for s in range(S)})
     W, b = params[0], params[1]
     w = W.shape[1]
     rows = S * n if jin else n
@@ -317,6 +331,7 @@ def _jet_streams(layers, act, x, coords, streams, jin=False):
 
 @_fused.def_vjp
 def _fused_vjp(g, x, *params, out, act, coords, pairs, high=(), jin=False):
+    _acc_done(out)
     want_x = needs(0)
     flat = _adjoint(g, out, x, *params, act=act, coords=coords, pairs=pairs, want_x=want_x, high=high, jin=jin)
     shapes = ([x.shape] if want_x else []) + [p.shape for p in params]
@@ -360,19 +375,29 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=
     flat = backend.empty(total, dtype)
     pending = []
     base = 1 if want_x else 0
+    parts = None
+    if not backend.on_host() and backend.TRACE[0] is None:   # devices: one buffer per cotangent, no copies
+        parts = [backend.empty(size, dtype) for size in sizes]
+        _presplit(flat, {int(offs[i]): parts[i] for i in range(len(sizes))})
 
     def region(i):
-        return _sub(flat, int(offs[i]), sizes[i], dtype, pending)
+        return parts[i] if parts is not None else _sub(flat, int(offs[i]), sizes[i], dtype, pending)
 
     def into(i):  # a GEMM's output region: on devices written in place (dW1/db1 stay regions: first_finish)
+        if parts is not None:
+            return (parts[i], 0)
         return region(i) if backend.on_host() else (flat, int(offs[i]))
 
     G = g._buf
     W = params[-2]
     w, o = W.shape
     ones = _ones(max(n * (1 + n1), n), dtype)
-    _gemm(Hs[-1], G, into(base + 2 * L - 2), w, o, S * n, ta=True, dtype=dtype)     # dW_L
-    _gemm(ones, G, into(base + 2 * L - 1), 1, o, n, dtype=dtype)                    # db_L
+    # devices: a layer's weight-gradient column sums (o = 1, or split-K partials) and bias column sums
+    # run two per launch (colsum.run; distinct workspace levels; each sum in its own order: same bits)
+    dfr = [] if parts is not None else None
+    _gemm(Hs[-1], G, into(base + 2 * L - 2), w, o, S * n, ta=True, dtype=dtype, defer=dfr, lvl=0)     # dW_L
+    _gemm(ones, G, into(base + 2 * L - 1), 1, o, n, dtype=dtype, defer=dfr, lvl=2)                    # db_L
+    _flush(dfr, dtype)
     top = (G, W._buf, o)   # dH = G W_L^T is formed inside the last activation layer's adjoint kernel
     dH = _take(S * n * w, dtype)
     for k in range(L - 2, 0, -1):
@@ -380,8 +405,9 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=
         w_in, w = W.shape
         _layer_bwd(act, Zs[k], Hs[k], None, dH, coords, pairs, high, n, w, False, dtype,
                    top if k == L - 2 else None)
-        _gemm(Hs[k - 1], dH, into(base + 2 * k), w_in, w, S * n, ta=True, dtype=dtype)
-        _gemm(ones, dH, into(base + 2 * k + 1), 1, w, n, dtype=dtype)
+        _gemm(Hs[k - 1], dH, into(base + 2 * k), w_in, w, S * n, ta=True, dtype=dtype, defer=dfr, lvl=0)
+        _gemm(ones, dH, into(base + 2 * k + 1), 1, w, n, dtype=dtype, defer=dfr, lvl=2)
+        _flush(dfr, dtype)
         dH_in = _take(S * n * w_in, dtype)
         _gemm(dH, W._buf, dH_in, S * n, w_in, w, tb=True, dtype=dtype)
         _give([dH], dtype)
@@ -398,6 +424,23 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=
         _give([dH], dtype)
         for buf, off, size in pending:
             TK.copy(buf, 0, flat, off, size, dtype)
+        return flat, (total,), dtype
+    if parts is not None and n1 and tuple(coords) == tuple(range(coords[0], coords[0] + n1)):
+        # db1 = the value block's column sums, dW1[coords] += the first-derivative blocks' (first_finish's
+        # work) as two column sums split as the batched one was, launched with dW1's GEMM's partial sums
+        _gemm(x._buf, dH, into(base), d, w, n, ta=True, dtype=dtype, defer=dfr, lvl=0)
+        pb = dict(weights=ones, plan_batch=1 + n1, row_stride=w, x_batch=n * w, w_batch=n)
+        from ..kernels import colsum as _cs
+        _cs.colsum(dH, region(base + 1), 1, n, w, dtype, level=2, defer=dfr, **pb)
+        acc = []
+        _cs.colsum(dH, dW1, n1, n, w, dtype, level=4, accumulate=True, x_off=n * w, out_off=coords[0] * w,
+                   defer=acc, **pb)
+        if dfr[:-1] and _cs.plan(1 + n1, n, w)[1] == 1:   # dW1's pending sum and dW1 += ... in one launch: no
+            _flush(dfr, dtype)
+        _flush(dfr + acc, dtype)
+        if want_x:
+            _gemm(dH, W._buf, into(0), n, d, w, tb=True, dtype=dtype)
+        _give([dH], dtype)
         return flat, (total,), dtype
     _gemm(x._buf, dH, dW1, d, w, n, ta=True, dtype=dtype)
     cs = backend.empty((1 + n1) * w, dtype)
@@ -425,6 +468,7 @@ def _adjoint_composite(g, x, *params, act, coords, pairs, want_x, high=(), jin=F
 
 @_adjoint.def_vjp
 def _adjoint_vjp(ga, g, fout, x, *params, out, act, coords, pairs, want_x, high=(), jin=False):
+    _acc_done(out)
     f = lambda g_, x_, *p: _adjoint_composite(g_, x_, *p, act=act, coords=coords, pairs=pairs,  # noqa: E731
                                                want_x=want_x, high=high, jin=jin)
     cts = vjp(f, g, x, *params)[1](ga)
@@ -439,42 +483,6 @@ def _adjoint_jvp(ts, g, fout, x, *params, out, act, coords, pairs, want_x, high=
     f = lambda g_, x_, *p: _adjoint_composite(g_, x_, *p, act=act, coords=coords, pairs=pairs,  # noqa: E731
                                                want_x=want_x, high=high, jin=jin)
     return jvp(f, prim, tans)[1]
-
-
-# --- zero-copy blocks of a flat tensor ----------------------------------------------------
-def _block_forward(x, off, shape):
-    size = math.prod(shape)
-    if backend.on_host():
-        return x._buf[off:off + size], shape, x.dtype
-    out = backend.empty(size, x.dtype)
-    if size:
-        TK.copy(x._buf, off, out, 0, size, x.dtype)
-    return out, shape, x.dtype
-
-
-def _unblock_forward(g, off, total, in_shape):
-    out = backend.zeros(total, g.dtype)
-    if g.size:
-        TK.copy(g._buf, 0, out, off, g.size, g.dtype)
-    return out, in_shape, g.dtype
-
-
-_block = Primitive("block", _block_forward)       # out = x.flat[off:off+size].reshape(shape)
-_unblock = Primitive("unblock", _unblock_forward)  # its transpose
-_block.def_vjp(lambda g, x, out, off, shape: (_unblock(g, off=off, total=x.size, in_shape=x.shape),))
-_block.def_jvp(lambda ts, x, out, off, shape: _block(ts[0], off=off, shape=shape))
-_unblock.def_vjp(lambda g, x, out, off, total, in_shape: (_block(g, off=off, shape=x.shape),))
-_unblock.def_jvp(lambda ts, x, out, off, total, in_shape: _unblock(ts[0], off=off, total=total,
-                                                                    in_shape=in_shape))
-
-
-def _split(flat, shapes):
-    out, off = [], 0
-    for s in shapes:
-        size = math.prod(s)
-        out.append(_block(flat, off=off, shape=tuple(s)))
-        off += size
-    return out
 
 
 # --- public API ---------------------------------------------------------------------------
@@ -500,7 +508,9 @@ def mlp_jet(layers, activation, F):
     else:
         stacked = _fused(X, *params, act=act, coords=coords, pairs=pairs, high=high, jin=True)
     o = stacked.shape[2]
-    return jets.JetTensor.of({m: _block(stacked, off=index[m] * n * o, shape=(n, o)) for m in order}, spec)
+    blocks = {m: _block(stacked, off=index[m] * n * o, shape=(n, o)) for m in order}
+    _disjoint(stacked)
+    return jets.JetTensor.of(blocks, spec)
 
 
 
@@ -567,4 +577,5 @@ def mlp_derivatives(layers, activation, x, derivs):
         if s not in views:
             views[s] = _block(stacked, off=s * n * o, shape=(n, o))
         out[key] = views[s]
+    _disjoint(stacked)
     return out

@@ -28,6 +28,7 @@ from ..autodiff.pytree import flatten
 from ..autodiff.tensor import tensor
 from ..autodiff.transforms import vjp
 from . import checkpoint as ckpt
+from . import fused_loss
 from . import sampling
 from .conditions import PointData
 from .console import Console
@@ -292,9 +293,11 @@ class _Run:
     def total(self, p):
         terms = self.loss.terms(p)
         w = self.w_now()
-        tot = terms[0] * w[0]
-        for wi, ti in zip(w[1:], terms[1:]):
-            tot = tot + ti * wi
+        tot = fused_loss.weighted_total(terms, w)   # devices: one kernel (pinn/fused_loss.py)
+        if tot is None:
+            tot = terms[0] * w[0]
+            for wi, ti in zip(w[1:], terms[1:]):
+                tot = tot + ti * wi
         return tot, terms
 
     def term_grad_norms(self):

@@ -47,7 +47,7 @@ def test_fused_terms_and_gradients_equal_the_unfused_ones(forced):
     b, gb = _terms_and_grads(loss, params, True)
     assert loss.__dict__.get("_fused_terms"), "the fused regions were not used"
     (fns,) = [v for k, v in loss._fused_terms.items() if k != "owner"]
-    for fn in fns:
+    for fn, _keys, _seen in fns:   # (region, the derivatives it takes, those its trace read)
         assert fn.fallback is None, fn.fallback
     for x, y in zip(a, b):
         np.testing.assert_allclose(y, x, rtol=1e-13)
