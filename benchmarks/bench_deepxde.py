@@ -148,6 +148,9 @@ def main(argv=None):
                     "benchmarks/_same_init.py), so the columns differ by the library, not the draw")
     ap.add_argument("--timeout", type=int, default=7200)
     ap.add_argument("--write", action="store_true", help=f"write the table into {DOC}")
+    ap.add_argument("--block", default=None, help="with --write: the table goes between the "
+                    "markers '<!-- bench_deepxde BLOCK begin/end -->' (a section of its own, added "
+                    "at the end when missing) instead of the main ones")
     _arch.add_argument(ap)
     args = ap.parse_args(argv)
     _arch.use(args.arch)
@@ -211,12 +214,12 @@ def main(argv=None):
             args.span = (t_start, time.time())
             if args.write and len(rows) < len(names):   # a run cut short leaves the rows it has
                 _write(_table([rows[n] for n in names if n in rows], args,
-                              pending=len(names) - len(rows)))
+                              pending=len(names) - len(rows)), args.block)
     rows = [rows[n] for n in names]
     table = _table(rows, args)
     print(table)
     if args.write:
-        _write(table)
+        _write(table, args.block)
     return rows
 
 
@@ -282,7 +285,8 @@ def _table(rows, args, pending=0):
         (f" --seeds {seeds}" if seeds > 1 else "") + \
         (f" --jobs {args.jobs}" if getattr(args, "jobs", 1) > 1 else "") + \
         (" --same-init" if getattr(args, "same_init", False) else "") + \
-        (" --only " + " ".join(args.only) if args.only else "") + " --write"
+        (" --only " + " ".join(args.only) if args.only else "") + " --write" + \
+        (f" --block {args.block}" if getattr(args, "block", None) else "")
     if getattr(args, "jobs", 1) > 1:
         budget += f"; {args.jobs} rows at a time"
     if getattr(args, "same_init", False):
@@ -307,13 +311,16 @@ def _table(rows, args, pending=0):
     return head + "\n" + "\n".join(_row(r) for r in rows)
 
 
-def _write(table):
+def _write(table, name=None):
     doc = open(DOC).read()
-    block = f"{BEGIN}\n{table}\n{END}"
-    if BEGIN in doc and END in doc:
-        doc = doc[:doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
+    begin, end = (BEGIN, END) if not name else (f"<!-- bench_deepxde {name} begin -->",
+                                               f"<!-- bench_deepxde {name} end -->")
+    block = f"{begin}\n{table}\n{end}"
+    if begin in doc and end in doc:
+        doc = doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end):]
     else:
-        doc = doc.rstrip("\n") + "\n\n## DeepXDE's examples in sciml\n\n" + block + "\n"
+        title = "DeepXDE's examples in sciml" + (f" ({name})" if name else "")
+        doc = doc.rstrip("\n") + f"\n\n## {title}\n\n" + block + "\n"
     from sciml._io import atomic_write
     with atomic_write(DOC) as tmp:
         with open(tmp, "w") as f:
