@@ -59,3 +59,23 @@ def test_scalar_pde_term_unchanged(mode):
     du = (net(sm.tensor(t + h)).numpy() - net(sm.tensor(t - h)).numpy())[:, 0] / (2 * h)
     np.testing.assert_allclose(float(loss.terms({"net": net.params()})[0]),
                                np.mean((du + u) ** 2), rtol=1e-7)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_multi_column_condition_term_is_the_sum_of_the_columns_mean_squares(mode, fused):
+    # DeepXDE's Lorenz inverse: one PointSetBC per component; here one PointData of 3 columns
+    from sciml.pinn import PointData
+    mode[0] = fused
+    t_obs = np.linspace(0.5, 2.5, 5)[:, None]
+    y_obs = np.random.default_rng(1).normal(size=(5, 2))
+    pb = Problem(TimeInterval(0, 3), lambda y1, y2, t: [d(y1, t), d(y2, t)], outputs=("y1", "y2"),
+                 conditions=[Initial([1.0, -1.0]), PointData(t_obs, y_obs)])
+    net = MLP([1, 8, 2], activation=sm.tanh, seed=2, dtype="float64")
+    rng = np.random.default_rng(0)
+    cond = [c.sample(pb.domain, 1, rng, "uniform") for c in pb.soft_conditions]
+    loss = Loss(pb, net, Batch(pb, np.linspace(0, 3, 7)[:, None], cond, "float64"))
+    terms = [float(v) for v in loss.terms({"net": net.params()})]
+    y0 = net(sm.tensor(np.zeros((1, 1)))).numpy()[0]
+    y = net(sm.tensor(t_obs)).numpy()
+    np.testing.assert_allclose(terms[1], (y0[0] - 1) ** 2 + (y0[1] + 1) ** 2, rtol=1e-9)
+    np.testing.assert_allclose(terms[2], np.sum(np.mean((y - y_obs) ** 2, axis=0)), rtol=1e-9)
