@@ -12,7 +12,10 @@ code. Writes the table into docs/pinn.md (between the ``bench_deepxde`` markers)
 
 ``--seeds N`` runs every port N times in each library, with ``SCIML_SEED`` = 0 .. N-1 (the
 sciml ports seed their network and points with it, the DeepXDE twins call
-``dde.config.set_random_seed``), and reports the median error (min-max) and median time.
+``dde.config.set_random_seed``), and reports the median error (min-max), its mean and the
+median time. ``--same-init`` starts each sciml run from the initial weights of the DeepXDE run
+of the same seed (benchmarks/_same_init.py records them; the scripts run unchanged), so that
+the two columns differ by the library alone, not by the random draw of the weights.
 
 DeepXDE runs in a subprocess with ``DDE_BACKEND=pytorch``; ``--peer-path DIR`` (or
 ``SCIML_PEER_PATH``) is prepended to its PYTHONPATH when DeepXDE and torch are installed
@@ -96,8 +99,16 @@ def _run(cmd, env, timeout):
     return p.stdout, time.perf_counter() - t0   # the scripts' own result lines
 
 
-def run_sciml(name, env, timeout):
-    out, _ = _run([sys.executable, os.path.join(PORTS_DIR, f"{name}.py")], env, timeout)
+def _launch(script, weights, mode):
+    """The command running ``script``; with ``weights`` through benchmarks/_same_init.py
+    (``mode`` 'dump' for the DeepXDE twin, 'load' for the sciml port)."""
+    if weights is None:
+        return [sys.executable, script]
+    return [sys.executable, "-m", "benchmarks._same_init", mode, weights, script]
+
+
+def run_sciml(name, env, timeout, weights=None):
+    out, _ = _run(_launch(os.path.join(PORTS_DIR, f"{name}.py"), weights, "load"), env, timeout)
     last = [l for l in out.splitlines() if "relative L2 error" in l][-1]
     res = {"rel_l2": float(re.search(r"relative L2 error ([-+.\deE]+)", last).group(1)),
            "time": float(re.search(r"\(([\d.]+) s\)", last).group(1))}
@@ -106,11 +117,12 @@ def run_sciml(name, env, timeout):
     return res
 
 
-def run_deepxde(name, env, timeout, peer_path):
+def run_deepxde(name, env, timeout, peer_path, weights=None):
     env = dict(env, DDE_BACKEND="pytorch")
     if peer_path:
         env["PYTHONPATH"] = peer_path + os.pathsep + env.get("PYTHONPATH", "")
-    out, _ = _run([sys.executable, os.path.join(PORTS_DIR, "dde", f"{name}.py")], env, timeout)
+    out, _ = _run(_launch(os.path.join(PORTS_DIR, "dde", f"{name}.py"), weights, "dump"), env,
+                  timeout)
     last = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
     return {k: float(v) for k, v in re.findall(r"(\w+)=([-+.\deE]+)", last)}
 
@@ -128,11 +140,17 @@ def main(argv=None):
     ap.add_argument("--no-peer", action="store_true", help="sciml only")
     ap.add_argument("--peer-path", default=os.environ.get("SCIML_PEER_PATH"))
     ap.add_argument("--seeds", type=int, default=1, help="runs per port and library (seeds "
-                    "0..N-1); the table shows the median error and its min-max")
+                    "0..N-1); the table shows the median error, its min-max and the mean")
     ap.add_argument("--jobs", type=int, default=1, help="rows run at once (default 1; "
                     "each row's two libraries stay interleaved, one run at a time)")
+    ap.add_argument("--same-init", action="store_true", help="the sciml port starts from the "
+                    "DeepXDE twin's initial weights (each seed: DeepXDE first, its weights recorded; "
+                    "benchmarks/_same_init.py), so the columns differ by the library, not the draw")
     ap.add_argument("--timeout", type=int, default=7200)
     ap.add_argument("--write", action="store_true", help=f"write the table into {DOC}")
+    ap.add_argument("--block", default=None, help="with --write: the table goes between the "
+                    "markers '<!-- bench_deepxde BLOCK begin/end -->' (a section of its own, added "
+                    "at the end when missing) instead of the main ones")
     _arch.add_argument(ap)
     args = ap.parse_args(argv)
     _arch.use(args.arch)
@@ -154,6 +172,8 @@ def main(argv=None):
         ap.error(f"--jobs: expected a count >= 1, got {args.jobs}")
     if args.seeds < 1:
         ap.error(f"--seeds: expected a count >= 1, got {args.seeds}")
+    if args.same_init and args.no_peer:
+        ap.error("--same-init needs DeepXDE (drop --no-peer)")
     rows, load0, t_start = {}, os.getloadavg(), time.time()
     names = args.only or ports()
 
@@ -165,9 +185,16 @@ def main(argv=None):
         for seed in range(args.seeds):
             if args.seeds > 1:
                 env_row["SCIML_SEED"] = str(seed)
-            ss.append(run_sciml(name, env_row, args.timeout))
-            if not args.no_peer:
-                dxs.append(run_deepxde(name, env_row, args.timeout, args.peer_path))
+            if args.same_init:   # DeepXDE first: its initial weights, then sciml from them
+                import tempfile
+                with tempfile.TemporaryDirectory() as tmp:
+                    w = os.path.join(tmp, "init.npz")
+                    dxs.append(run_deepxde(name, env_row, args.timeout, args.peer_path, w))
+                    ss.append(run_sciml(name, env_row, args.timeout, w))
+            else:
+                ss.append(run_sciml(name, env_row, args.timeout))
+                if not args.no_peer:
+                    dxs.append(run_deepxde(name, env_row, args.timeout, args.peer_path))
             print(f"  {name} seed {seed}: sciml {ss[-1]['rel_l2']:.3e}"
                   + (f", DeepXDE {dxs[-1]['rel_l2']:.3e}" if dxs else ""), flush=True)
         return {"name": name, "sciml": _summary(ss), "deepxde": _summary(dxs) if dxs else None,
@@ -187,12 +214,12 @@ def main(argv=None):
             args.span = (t_start, time.time())
             if args.write and len(rows) < len(names):   # a run cut short leaves the rows it has
                 _write(_table([rows[n] for n in names if n in rows], args,
-                              pending=len(names) - len(rows)))
+                              pending=len(names) - len(rows)), args.block)
     rows = [rows[n] for n in names]
     table = _table(rows, args)
     print(table)
     if args.write:
-        _write(table)
+        _write(table, args.block)
     return rows
 
 
@@ -203,6 +230,7 @@ def _summary(runs):
     out["n"] = len(runs)
     if len(runs) > 1:
         out["rel_l2_range"] = (min(r["rel_l2"] for r in runs), max(r["rel_l2"] for r in runs))
+        out["rel_l2_mean"] = float(np.mean([r["rel_l2"] for r in runs]))
     return out
 
 
@@ -211,13 +239,13 @@ def _fmt(r, key, f="{:.2e}"):
         return "–"
     if key == "rel_l2" and "rel_l2_range" in r:
         lo, hi = r["rel_l2_range"]
-        return f"{r[key]:.2e} ({lo:.1e}–{hi:.1e})"
+        return f"{r[key]:.2e} ({lo:.1e}–{hi:.1e}), mean {r['rel_l2_mean']:.1e}"
     return f.format(r[key])
 
 
 def _row(row):
     s, dx = row["sciml"], row["deepxde"]
-    extra = [k for k in s if k not in ("rel_l2", "time", "n", "rel_l2_range")]
+    extra = [k for k in s if k not in ("rel_l2", "time", "n", "rel_l2_range", "rel_l2_mean")]
     cells = [f"`{row['name']}`", _fmt(s, "rel_l2"), _fmt(dx, "rel_l2"),
              _fmt(s, "time", "{:.0f} s"), _fmt(dx, "time", "{:.0f} s"),
              f"{row['lines'][0]}", f"{row['lines'][1]}"]
@@ -256,11 +284,16 @@ def _table(rows, args, pending=0):
         (" --full " + " ".join(args.full) if getattr(args, "full", None) else "") + \
         (f" --seeds {seeds}" if seeds > 1 else "") + \
         (f" --jobs {args.jobs}" if getattr(args, "jobs", 1) > 1 else "") + \
-        (" --only " + " ".join(args.only) if args.only else "") + " --write"
+        (" --same-init" if getattr(args, "same_init", False) else "") + \
+        (" --only " + " ".join(args.only) if args.only else "") + " --write" + \
+        (f" --block {args.block}" if getattr(args, "block", None) else "")
     if getattr(args, "jobs", 1) > 1:
         budget += f"; {args.jobs} rows at a time"
+    if getattr(args, "same_init", False):
+        budget += "; the sciml port starts from DeepXDE's initial weights of the same seed"
     if seeds > 1:
-        budget += f"; median (min–max) over seeds 0–{seeds - 1} in each library, median times"
+        budget += (f"; median (min–max), mean over seeds 0–{seeds - 1} in each library, "
+                   "median times")
     load = getattr(args, "load", None)
     if load:
         budget += (f"; load average {load[0][0]:.1f} at the start, {load[1][0]:.1f} at the end "
@@ -278,13 +311,16 @@ def _table(rows, args, pending=0):
     return head + "\n" + "\n".join(_row(r) for r in rows)
 
 
-def _write(table):
+def _write(table, name=None):
     doc = open(DOC).read()
-    block = f"{BEGIN}\n{table}\n{END}"
-    if BEGIN in doc and END in doc:
-        doc = doc[:doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
+    begin, end = (BEGIN, END) if not name else (f"<!-- bench_deepxde {name} begin -->",
+                                               f"<!-- bench_deepxde {name} end -->")
+    block = f"{begin}\n{table}\n{end}"
+    if begin in doc and end in doc:
+        doc = doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end):]
     else:
-        doc = doc.rstrip("\n") + "\n\n## DeepXDE's examples in sciml\n\n" + block + "\n"
+        title = "DeepXDE's examples in sciml" + (f" ({name})" if name else "")
+        doc = doc.rstrip("\n") + f"\n\n## {title}\n\n" + block + "\n"
     from sciml._io import atomic_write
     with atomic_write(DOC) as tmp:
         with open(tmp, "w") as f:

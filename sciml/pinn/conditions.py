@@ -14,6 +14,7 @@ Values are numbers or functions of the coordinate columns, called with numpy arr
 shape ``(m,)`` in coordinate order (``Initial``: the spatial ones only), e.g.
 ``Initial(lambda x: -np.sin(np.pi * x))``.
 """
+import math
 import numbers
 
 import numpy as np
@@ -59,6 +60,15 @@ def _evaluate(value, cols, m, who):
 
 def _select(u, component):
     return u if component is None else u[component]
+
+
+def _summed(r):
+    """A condition's residual with k > 1 columns (several outputs, data columns, a value and a
+    derivative), scaled by sqrt(k): the loss term mean(r^2) is then the SUM over the columns of
+    each one's mean square, as DeepXDE's one condition per component (a plain mean would weight
+    the condition k times less)."""
+    k = r.shape[1] if r.ndim == 2 else 1
+    return r * math.sqrt(k) if k > 1 else r
 
 
 def _label(on):
@@ -174,7 +184,7 @@ class Dirichlet(Condition):
         return _evaluate(self.value, pts.x.T, len(pts), f"Dirichlet(on={self.on!r})")
 
     def residual(self, u, pts):
-        return _select(u, self.component) - pts.target
+        return _summed(_select(u, self.component) - pts.target)
 
 
 class Neumann(Condition):
@@ -207,7 +217,7 @@ class Neumann(Condition):
         return out if out is not None else v * 0.0
 
     def residual(self, u, pts):
-        return self._dudn(u, pts) - pts.target
+        return _summed(self._dudn(u, pts) - pts.target)
 
 
 class Robin(Neumann):
@@ -219,7 +229,8 @@ class Robin(Neumann):
         self.a, self.b = float(a), float(b)
 
     def residual(self, u, pts):
-        return self.a * _select(u, self.component) + self.b * self._dudn(u, pts) - pts.target
+        return _summed(self.a * _select(u, self.component) + self.b * self._dudn(u, pts)
+                       - pts.target)
 
 
 class Periodic(Condition):
@@ -260,7 +271,7 @@ class Periodic(Condition):
             g = d(v, self.coordinate)
             from ..autodiff import ops
             r = ops.concat([r, g[:m] - g[m:]], axis=1)
-        return r
+        return _summed(r)
 
 
 class Initial(Condition):
@@ -304,7 +315,7 @@ class Initial(Condition):
         v = _select(u, self.component)
         if self.derivative:
             v = d(v, "t")
-        return v - pts.target
+        return _summed(v - pts.target)
 
 
 class PointData(Condition):
@@ -350,7 +361,7 @@ class PointData(Condition):
         v = _select(u, self.component)
         if self.derivative:
             v = d(v, *self.derivative)
-        return v - pts.target
+        return _summed(v - pts.target)
 
 
 class Operator(Condition):
@@ -397,7 +408,7 @@ class Operator(Condition):
             raise ValueError(f"{self.name}: the residual returned "
                              f"{getattr(r, 'shape', type(r).__name__)}; expected ({len(pts)},) or "
                              f"({len(pts)}, k), one row per point.")
-        return r
+        return _summed(r)
 
 
 def as_target_tensors(pts, dtype):

@@ -264,7 +264,17 @@ class Problem:
                 kw[a] = self.parameters[a].value
         return kw
 
-    def pde_residual(self, jet, coords):
+    def pde_residual(self, jet, coords, loss_scale=True):
+        """The residual ``(n, k)``, one column per equation. With ``loss_scale`` (what the loss
+        terms use) a system's columns are multiplied by sqrt(k), so that the PDE term
+        ``mean(r^2)`` over all n k entries is the SUM over the equations of each one's mean
+        square, as in DeepXDE (one loss term per equation; a plain mean over the k columns
+        would weight a system's PDE k times less against its conditions)."""
+        r = self._raw_pde_residual(jet, coords)
+        k = r.shape[1]
+        return r * math.sqrt(k) if loss_scale and k > 1 else r
+
+    def _raw_pde_residual(self, jet, coords):
         r = self.residual(**self.residual_kwargs(jet.field(()), coords))
         if isinstance(r, (list, tuple)):
             parts = [ops.reshape(p, (p.shape[0], -1)) if isinstance(p, Tensor) and p.ndim in (1, 2)
@@ -450,7 +460,8 @@ class Batch:
 
 class Loss:
     """The PINN loss of a problem on a batch: ``sum_i w_i mean(r_i^2)`` over the PDE residual
-    and each condition; the derivatives the terms need are found by a dry run of the residual
+    and each condition (a system's PDE term: the sum over its equations of each one's mean
+    square, see ``Problem.pde_residual``); the derivatives the terms need are found by a dry run of the residual
     and computed in one call per evaluation."""
 
     def __init__(self, problem, net, batch, path="auto"):
@@ -546,7 +557,7 @@ class Loss:
                 AB = sub.hard_terms(self.pde_derivs)
                 values = self.derivatives(params["net"], sub.X, self.pde_derivs, AB)
                 jet = Jet(pb.names, sub.n, pb.n_out, sub.dtype, _Sliced(values, 0, sub.n, True))
-                r = pb.pde_residual(jet, sub.coords).numpy()
+                r = pb.pde_residual(jet, sub.coords, loss_scale=False).numpy()
             finally:
                 self._bind_params(None)
         return np.sqrt(np.sum(r * r, axis=1))

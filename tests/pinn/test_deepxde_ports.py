@@ -47,7 +47,10 @@ def test_line_counts_and_table(tmp_path):
     runs = [{"rel_l2": e, "time": t, "C": c} for e, t, c in [(3e-3, 5, 1.0), (1e-3, 4, 2.0), (2e-3, 9, 3.0)]]
     s = B._summary(runs)
     assert s["rel_l2"] == 2e-3 and s["time"] == 5 and s["C"] == 2.0 and s["rel_l2_range"] == (1e-3, 3e-3)
-    assert B._row(dict(row, sciml=s)).startswith("| `p` | 2.00e-03 (1.0e-03–3.0e-03) | 2.00e-03 | 5 s |")
+    assert s["rel_l2_mean"] == pytest.approx(2e-3)
+    assert B._row(dict(row, sciml=s)).startswith(
+        "| `p` | 2.00e-03 (1.0e-03–3.0e-03), mean 2.0e-03 | 2.00e-03 | 5 s |")
+    assert "rel_l2_mean" not in B._row(dict(row, sciml=s))   # not listed as a fitted number
 
 
 def test_pde_on_boundary_includes_both_ends_of_a_periodic_condition():
@@ -70,3 +73,23 @@ def test_condition_names_carry_the_component():
     assert Dirichlet(0.0, on="left", component=0).name == "dirichlet:left[0]"
     assert Periodic("x", component=1).name == "periodic:x[1]"
     assert Dirichlet(0.0, component=1, name="u").name == "u"
+
+
+def test_same_init_loads_the_recorded_weights_into_the_ports_mlp(tmp_path):
+    # bench_deepxde --same-init: the sciml port (run unchanged) starts from DeepXDE's weights
+    import subprocess
+    import sys
+    rng = np.random.default_rng(0)
+    w = {"w0": rng.normal(size=(1, 3)), "b0": rng.normal(size=3),
+         "w1": rng.normal(size=(3, 2)), "b1": rng.normal(size=2)}
+    np.savez(tmp_path / "init.npz", **w)
+    (tmp_path / "port.py").write_text(
+        "import numpy as np\nfrom sciml.models import MLP\nnet = MLP([1, 3, 2], seed=5)\n"
+        "np.savez('out.npz', *[a for l in net.layers for a in (l.weight.numpy(), l.bias.numpy())])\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    subprocess.run([sys.executable, "-m", "benchmarks._same_init", "load", str(tmp_path / "init.npz"),
+                    str(tmp_path / "port.py")], cwd=tmp_path, env=env, check=True)
+    out = np.load(tmp_path / "out.npz")
+    for i, k in enumerate(["w0", "b0", "w1", "b1"]):
+        np.testing.assert_allclose(out[f"arr_{i}"], w[k], rtol=1e-6)   # float32 copies
