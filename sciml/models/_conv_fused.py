@@ -314,13 +314,51 @@ def _conv_bn_relu_pool(conv, bn, pool, x):
     return r if r is not None else pool(bn._forward(y, relu=True))
 
 
+FOLD_EVAL_BN = True   # False: an eval-mode BatchNorm2d after a Conv2d runs as its own pass
+
+
+def _conv_bn_eval(conv, bn, x, relu=False, pool=None):
+    """Conv2d -> BatchNorm2d in eval mode as one conv with the batch norm folded into its weight and bias:
+    s = gamma / sqrt(running_var + eps), W' = W * s (per output channel), b' = (b - running_mean) * s + beta;
+    then ReLU (``relu``) and ``pool`` in the conv's epilogue where it applies. Written in sciml ops, so the
+    derivatives w.r.t. x, W, b, gamma and beta are those of the layers (the running statistics are constants
+    in eval mode, as in the layer); equal to the layers up to rounding."""
+    from ..autodiff.ops import sqrt
+    from .conv import _conv2d
+    O = conv.out_channels
+    rm, rv = bn.running_mean.detach(), bn.running_var.detach()
+    s = 1.0 / sqrt(rv + bn.eps)
+    if bn.weight is not None:
+        s = s * bn.weight
+    w = conv.weight * s.reshape(O, 1, 1, 1)
+    b = -rm * s if conv.bias is None else (conv.bias - rm) * s
+    if bn.bias is not None:
+        b = b + bn.bias
+    r = _conv2d(conv._check_x(x), w, b, conv.stride, conv.padding, conv.dilation, conv.groups, relu=relu, pool=pool)
+    if pool is None:
+        return r
+    y, used = r
+    return y if used else _finish_pool(y, pool)
+
+
 def fused_block(layers, i, x):
     """(output, layers used) for the fused patterns of Sequential starting at layers[i], or None:
-    Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d and (Conv2d | BatchNorm2d) -> ReLU -> MaxPool2d."""
+    Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d and (Conv2d | BatchNorm2d) -> ReLU -> MaxPool2d in training
+    mode; Conv2d -> BatchNorm2d in eval mode as one conv with the batch norm folded in (:func:`_conv_bn_eval`)."""
     from .conv import Conv2d, MaxPool2d
     from .layers import _is_relu
     from .norm import BatchNorm2d
     n = len(layers)
+    if (FOLD_EVAL_BN and i + 1 < n and type(layers[i]) is Conv2d and type(layers[i + 1]) is BatchNorm2d
+            and not layers[i + 1].training and layers[i + 1].num_features == layers[i].out_channels
+            and all(t is None or t.dtype == layers[i].weight.dtype
+                    for t in (layers[i].bias, layers[i + 1].weight, layers[i + 1].bias, layers[i + 1].running_mean,
+                              layers[i + 1].running_var))):
+        if i + 2 < n and _is_relu(layers[i + 2]):
+            if i + 3 < n and type(layers[i + 3]) is MaxPool2d:
+                return _conv_bn_eval(layers[i], layers[i + 1], x, True, layers[i + 3]), 4
+            return _conv_bn_eval(layers[i], layers[i + 1], x, True), 3
+        return _conv_bn_eval(layers[i], layers[i + 1], x), 2
     if (i + 3 < n and type(layers[i]) is Conv2d and type(layers[i + 1]) is BatchNorm2d and _is_relu(layers[i + 2])
             and type(layers[i + 3]) is MaxPool2d):
         return _conv_bn_relu_pool(layers[i], layers[i + 1], layers[i + 3], x), 4

@@ -154,7 +154,7 @@ class Sequential(Module):
         i, n = 0, len(layers)
         while i < n:
             layer = layers[i]
-            if i + 2 < n and type(layer) in _RELU_FUSED:   # conv / batch-norm blocks ending in a max-pool
+            if i + 1 < n and type(layer) in _RELU_FUSED:   # conv / batch-norm blocks (models/_conv_fused.py)
                 from ._conv_fused import fused_block        # (models/_conv_fused.py)
                 r = fused_block(layers, i, x)
                 if r is not None:
