@@ -182,40 +182,55 @@ def _grad_in(o):
     return gin
 
 
+def _hidden_row(act, dtype, first, coords, pairs):
+    """ti.func: row r of a hidden Taylor layer: z = Z + b (kept in Z unless tanh), the activation's value
+    and the first/second-derivative streams written into H (shared by ``_build_fwd`` and
+    ``taylor_split.build_fwd_split``)."""
+    ti = C.ti()
+    f = _act(act, dtype)
+    n1, n2 = len(coords), len(pairs)
+
+    @ti.func
+    def hidden_row(Z: ti.template(), b: ti.template(), W: ti.template(), H: ti.template(), r, nw, w):
+        for j in range(w):
+            e = r * w + j
+            z = Z[e] + b[j]
+            if ti.static(act != "tanh"):   # the adjoint of tanh reads t = H instead of z
+                Z[e] = z
+            s = f(z)
+            H[e] = s[0]
+            for q in ti.static(range(n1)):
+                if ti.static(first):
+                    H[(1 + q) * nw + e] = s[1] * W[coords[q] * w + j]
+                else:
+                    H[(1 + q) * nw + e] = s[1] * Z[(1 + q) * nw + e]
+            for p in ti.static(range(n2)):
+                a, c = ti.static(pairs[p][0], pairs[p][1])
+                if ti.static(first):
+                    H[(1 + n1 + p) * nw + e] = s[2] * W[coords[a] * w + j] * W[coords[c] * w + j]
+                else:
+                    H[(1 + n1 + p) * nw + e] = (s[2] * Z[(1 + a) * nw + e] * Z[(1 + c) * nw + e]
+                                                + s[1] * Z[(1 + n1 + p) * nw + e])
+
+    return hidden_row
+
+
 def _build_fwd(act, dtype, first, o, serial, coords, pairs):
     ti = C.ti()
     A = C.arr(dtype)
     T = backend.ti_dtype(dtype)
-    f = _act(act, dtype)
     n1, n2 = len(coords), len(pairs)
     S = 1 + n1 + n2
     top = o > 0
     out_layer = _out_layer(T, S, o)
+    hidden_row = _hidden_row(act, dtype, first, coords, pairs)
 
     @ti.kernel
     def k(Z: A, b: A, W: A, H: A, WL: A, bL: A, OUT: A, n: ti.i32, w: ti.i32):
         ti.loop_config(serialize=serial)
         for r in range(n):
             nw = n * w
-            for j in range(w):
-                e = r * w + j
-                z = Z[e] + b[j]
-                if ti.static(act != "tanh"):   # the adjoint of tanh reads t = H instead of z
-                    Z[e] = z
-                s = f(z)
-                H[e] = s[0]
-                for q in ti.static(range(n1)):
-                    if ti.static(first):
-                        H[(1 + q) * nw + e] = s[1] * W[coords[q] * w + j]
-                    else:
-                        H[(1 + q) * nw + e] = s[1] * Z[(1 + q) * nw + e]
-                for p in ti.static(range(n2)):
-                    a, c = ti.static(pairs[p][0], pairs[p][1])
-                    if ti.static(first):
-                        H[(1 + n1 + p) * nw + e] = s[2] * W[coords[a] * w + j] * W[coords[c] * w + j]
-                    else:
-                        H[(1 + n1 + p) * nw + e] = (s[2] * Z[(1 + a) * nw + e] * Z[(1 + c) * nw + e]
-                                                    + s[1] * Z[(1 + n1 + p) * nw + e])
+            hidden_row(Z, b, W, H, r, nw, w)
             if ti.static(top):
                 out_layer(H, WL, bL, OUT, r, n, w)
     return k

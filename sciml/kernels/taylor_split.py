@@ -16,13 +16,13 @@ SPLIT_MAX = 6   # streams of a per-stream-output forward kernel at most (value, 
 def build_fwd_split(act, dtype, first, o, serial, coords, pairs):
     """``_build_fwd`` with the fused output layer writing stream st into its own buffer ``O<st>`` (the
     same arithmetic in the same order: the same bits)."""
-    from .taylor import _act
+    from .taylor import _hidden_row
     ti = C.ti()
     A = C.arr(dtype)
     T = backend.ti_dtype(dtype)
-    f = _act(act, dtype)
     n1, n2 = len(coords), len(pairs)
     S = 1 + n1 + n2
+    hidden_row = _hidden_row(act, dtype, first, coords, pairs)
 
     @ti.func
     def put(O0: ti.template(), O1: ti.template(), O2: ti.template(), O3: ti.template(), O4: ti.template(),
@@ -45,25 +45,7 @@ def build_fwd_split(act, dtype, first, o, serial, coords, pairs):
         ti.loop_config(serialize=serial)
         for r in range(n):
             nw = n * w
-            for j in range(w):
-                e = r * w + j
-                z = Z[e] + b[j]
-                if ti.static(act != "tanh"):
-                    Z[e] = z
-                s = f(z)
-                H[e] = s[0]
-                for q in ti.static(range(n1)):
-                    if ti.static(first):
-                        H[(1 + q) * nw + e] = s[1] * W[coords[q] * w + j]
-                    else:
-                        H[(1 + q) * nw + e] = s[1] * Z[(1 + q) * nw + e]
-                for p in ti.static(range(n2)):
-                    a, c = ti.static(pairs[p][0], pairs[p][1])
-                    if ti.static(first):
-                        H[(1 + n1 + p) * nw + e] = s[2] * W[coords[a] * w + j] * W[coords[c] * w + j]
-                    else:
-                        H[(1 + n1 + p) * nw + e] = (s[2] * Z[(1 + a) * nw + e] * Z[(1 + c) * nw + e]
-                                                    + s[1] * Z[(1 + n1 + p) * nw + e])
+            hidden_row(Z, b, W, H, r, nw, w)
             for kk in ti.static(range(o)):   # the output layer (``_out_layer``), one buffer per stream
                 acc = ti.Vector.zero(T, S)
                 for j in range(w):
