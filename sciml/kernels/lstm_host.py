@@ -60,7 +60,8 @@ def _arrays(L, lanes_of):
     return [ti.types.ndarray(dtype=ti.types.vector(L, ti.f32) if v else ti.f32, ndim=1) for v in lanes_of]
 
 
-_FWD_VEC = (1, 0, 1, 1, 1, 1, 0, 1, 1)    # G, xs, wih, bias, WT, Hv, Hs (scalar view), Cv, P
+# G, xs, wih, bias, W0..W3 (the gates' weights), Hv, H0..H3 (scalar views of Hs, one row apart), Cv, P
+_FWD_VEC = (1, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1)
 _BWD_VEC = (1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1)  # G, Cv, xs, gP, DH, dc, dG, dG (scalar view), W, db, dwih
 
 
@@ -76,7 +77,7 @@ def _build_fwd(L, rank1):
     T_ = ti.f32
     tanh, sig = R._vec_funcs()
     tp = ti.template()
-    AG, AX, AW, AB, AT, AH, AHs, AC, AP = _arrays(L, _FWD_VEC)
+    AG, AX, AW, AB, AW4, AH, AHs, AC, AP = _arrays(L, (1, 0, 1, 1, 1, 1, 0, 1, 1))
 
     @ti.func
     def cell(G: tp, xs: tp, wih: tp, bias: tp, Cv: tp, Hv: tp, P: tp, ai, af, ag, ao, t, b, jv, B, hv, prev, new,
@@ -113,12 +114,12 @@ def _build_fwd(L, rank1):
             P[tail + B * hv + b * hv + jv] = c
 
     @ti.kernel
-    def k(G: AG, xs: AX, wih: AW, bias: AB, WT: AT, Hv: AH, Hs: AHs, Cv: AC, P: AP, T: ti.i32, B: ti.i32,
-          hv: ti.i32, rev: ti.i32, ybs: ti.i32, yts: ti.i32, tail: ti.i32):
+    def k(G: AG, xs: AX, wih: AW, bias: AB, W0: AW4, W1: AW4, W2: AW4, W3: AW4, Hv: AH, H0: AHs, H1: AHs,
+          H2: AHs, H3: AHs, Cv: AC, P: AP, T: ti.i32, B: ti.i32, hv: ti.i32, rev: ti.i32, ybs: ti.i32, yts: ti.i32,
+          tail: ti.i32):
         ti.loop_config(serialize=True)
         for _ in range(1):  # one serial task: the steps run in order
             H = hv * L
-            g4 = 4 * hv
             for s in range(T):
                 t = s
                 if rev != 0:
@@ -128,18 +129,19 @@ def _build_fwd(L, rank1):
                 last = s == T - 1
                 for bt in range((B + RB - 1) // RB):
                     b0 = bt * RB
-                    # rows past B (B % RB != 0) repeat the last row: computed, not written
-                    hr = [(prev * B + ti.min(b0 + r, B - 1)) * H for r in ti.static(range(RB))]
+                    hr = (prev * B + b0) * H  # row b0 + r of h_prev: H<r>[hr + k] (past B: the rows after, unused)
                     for jv in range(hv):
                         acc = [[ti.Vector([0.0] * L, dt=T_) for _g in ti.static(range(4))]
                                for _r in ti.static(range(RB))]
+                        wb = jv * H
                         for kk in range(H):  # the four gates' sums h_prev W_hh^T of units jv, rows b0..
-                            w = kk * g4 + jv
-                            ws = [WT[w + g * hv] for g in ti.static(range(4))]
+                            w = wb + kk  # one index for the four weight and the RB row operands
+                            ws = [W0[w], W1[w], W2[w], W3[w]]
+                            hk = hr + kk
+                            xs4 = [H0[hk], H1[hk], H2[hk], H3[hk]]
                             for r in ti.static(range(RB)):
-                                x = Hs[hr[r] + kk]
                                 for g in ti.static(range(4)):
-                                    acc[r][g] += x * ws[g]
+                                    acc[r][g] += xs4[r] * ws[g]
                         for r in ti.static(range(RB)):
                             if b0 + r < B:
                                 cell(G, xs, wih, bias, Cv, Hv, P, acc[r][0], acc[r][1], acc[r][2], acc[r][3], t,
@@ -328,8 +330,10 @@ def _build_bwd_fused(L, rank1):
 FUSED_BWD = True  # False: the cell adjoints of a step as their own pass before its dh GEMM (_build_bwd)
 
 
-def _transpose(W, WT, n, m):
-    WT[:n * m].reshape(m, n)[:] = W[:n * m].reshape(n, m).T
+def _gate_blocks(W, W4, H, L):
+    """W4 (4, H/L, H, L) = W_hh (4H, H) by gate, then by vector of L units, then by input unit: the weights of one
+    gate and one vector of units for input unit k are the vector W4[g][jv*H + k]."""
+    W4[:4 * H * H].reshape(4, H // L, H, L)[:] = W[:4 * H * H].reshape(4, H // L, L, H).transpose(0, 1, 3, 2)
 
 
 def _copy(src, dst, n):
@@ -348,16 +352,18 @@ def forward(G, X, W_ih, bias, W_hh, Hs, Cs, P, T, B, I, H, reverse, ybs, yts, L)
     ``reverse``); ``G`` the input projections unless I == 1 (then X and W_ih are read here)."""
     from .rnn_seq import _empty
     NGH = 4 * H
-    WT = _empty(NGH * H, "float32")
-    C.host_call(_transpose, W_hh, WT, NGH, H)
+    hv = H // L
+    W4 = _empty(NGH * H, "float32")
+    C.host_call(_gate_blocks, W_hh, W4, H, L)
     rank1 = I == 1
     if rank1:
         w = _empty(NGH, "float32")  # W_ih (4H, 1) aligned for the vectors
         C.host_call(_copy, W_ih, w, NGH)
         W_ih = w
-    hv = H // L
+    gates = [W4[g * H * H:(g + 1) * H * H] for g in range(4)]
+    rows = [Hs[r * H:] for r in range(4)]  # h_prev's rows b0 + r at one index (Hs has 3 rows of padding)
     _launch(("lstm_host", "fwd", L, rank1), lambda: _build_fwd(L, rank1), L, _FWD_VEC,
-            [G, X, W_ih, bias, WT, Hs, Hs, Cs, P], [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv])
+            [G, X, W_ih, bias, *gates, Hs, *rows, Cs, P], [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv])
 
 
 def backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, need_h0, L):

@@ -349,7 +349,9 @@ def forward(kind, X, W_ih, bias, W_hh, h0, c0, T, B, I, H, reverse, ybs, yts, dt
     lstm = kind == "LSTM"
     P = buf(nY + (2 if lstm else 1) * BH, dtype)
     G = buf(T * B * NGH, dtype)
-    Hs = buf((T + 1) * BH, dtype)
+    Hs = buf((T + 1) * BH + 3 * H, dtype)  # 3 rows past the end: lstm_host's register tiles read 4 rows at a time
+    if host:
+        C.host_call(_zero_from, Hs, (T + 1) * BH)
     Cs = buf((T + 1) * BH, dtype) if lstm else _zeros(16, dtype)
     S = buf(T * B * NGH, dtype) if kind == "GRU" else _zeros(16, dtype)
     r = 1 if reverse else 0
@@ -422,6 +424,10 @@ def backward(kind, gP, X, W_ih, W_hh, saved, T, B, I, H, reverse, ybs, yts, dtyp
                 R.copy(dc, 0, dh, 0, BH, dtype, add=True)
     return _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh[:BH] if host else dh,
                          (dc[:BH] if host else dc) if lstm else None)
+
+
+def _zero_from(a, i):
+    a[i:] = 0
 
 
 def _transpose_into(src, dst, m, n):
