@@ -63,6 +63,9 @@ def _arrays(L, lanes_of):
 # G, xs, wih, bias, W0..W3 (the gates' weights), Hv, H0..H3 (scalar views of Hs, one row apart), Cv, P
 _FWD_VEC = (1, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1)
 _BWD_VEC = (1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1)  # G, Cv, xs, gP, DH, dc, dG, dG (scalar view), W, db, dwih
+# the fused backward: G, Cv, xs, gP, DH, dc, dG, D0..D3 (scalar views of dG, one row apart), W0..W3 (views of W_hh,
+# one vector apart), db, dwih
+_BWDF_VEC = (1, 1, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1)
 
 
 def _tile(L):
@@ -270,8 +273,9 @@ def _build_bwd_fused(L, rank1):
                 dwih[g * hv + jv] += xv * dgs[g]
 
     @ti.kernel
-    def k(G: AG, Cv: AC, xs: AX, gP: AP, DH: ADH, dc: Adc, dG: AdG, dGs: AdGs, W: AW, db: Adb, dwih: Adw,
-          T: ti.i32, B: ti.i32, hv: ti.i32, rev: ti.i32, ybs: ti.i32, yts: ti.i32, tail: ti.i32, need0: ti.i32):
+    def k(G: AG, Cv: AC, xs: AX, gP: AP, DH: ADH, dc: Adc, dG: AdG, D0: AdGs, D1: AdGs, D2: AdGs, D3: AdGs,
+          W0: AW, W1: AW, W2: AW, W3: AW, db: Adb, dwih: Adw, T: ti.i32, B: ti.i32, hv: ti.i32, rev: ti.i32,
+          ybs: ti.i32, yts: ti.i32, tail: ti.i32, need0: ti.i32):
         ti.loop_config(serialize=True)
         for _ in range(1):  # one serial task: the steps run in order
             z = ti.Vector([0.0] * L, dt=T_)
@@ -303,19 +307,19 @@ def _build_bwd_fused(L, rank1):
                     t = q
                 for bt in range((B + RB - 1) // RB):
                     b0 = bt * RB
-                    dr = [(tn * B + ti.min(b0 + r, B - 1)) * H4 for r in ti.static(range(RB))]
+                    dr = (tn * B + b0) * H4  # row b0 + r of dG_tn: D<r>[dr + k] (past B: the rows after, unused)
                     for jt in range((hv + NJ - 1) // NJ):
                         j0 = jt * NJ
-                        js = [ti.min(j0 + j, hv - 1) for j in ti.static(range(NJ))]
                         acc = [[ti.Vector([0.0] * L, dt=T_) for _j in ti.static(range(NJ))]
                                for _r in ti.static(range(RB))]
                         for kk in range(H4):
-                            w = kk * hv
-                            ws = [W[w + js[j]] for j in ti.static(range(NJ))]
+                            w = kk * hv + j0  # vectors j0 + j of row kk of W_hh: W<j>[w] (past hv: unused)
+                            ws = [W0[w], W1[w], W2[w], W3[w]]
+                            dk = dr + kk
+                            xs4 = [D0[dk], D1[dk], D2[dk], D3[dk]]
                             for r in ti.static(range(RB)):
-                                x = dGs[dr[r] + kk]
                                 for j in ti.static(range(NJ)):
-                                    acc[r][j] += x * ws[j]
+                                    acc[r][j] += xs4[r] * ws[j]
                         for r in ti.static(range(RB)):
                             for j in ti.static(range(NJ)):
                                 if b0 + r < B and j0 + j < hv:
@@ -338,6 +342,11 @@ def _gate_blocks(W, W4, H, L):
 
 def _copy(src, dst, n):
     dst[:n] = src[:n]
+
+
+def _copy_pad(src, dst, n, pad):
+    dst[:n] = src[:n]
+    dst[n:n + pad] = 0
 
 
 def _launch(key, build, L, lanes_of, arrays, scalars):
@@ -372,13 +381,17 @@ def backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, need_h0, L):
     from .rnn_seq import _empty
     NGH, BH = 4 * H, B * H
     rank1 = I == 1
-    W = _empty(NGH * H, "float32")
-    C.host_call(_copy, W_hh, W, NGH * H)
+    W = _empty(NGH * H + 3 * L, "float32")  # 3 vectors of padding: the last row's partial tile reads past the end
+    C.host_call(_copy_pad, W_hh, W, NGH * H, 3 * L)
     DH, dc = _empty(BH, "float32"), _empty(BH, "float32")
     db, dw = _empty(NGH, "float32"), _empty(NGH, "float32")
     hv = H // L
-    build = _build_bwd_fused if FUSED_BWD else _build_bwd
-    _launch(("lstm_host", "bwd", L, rank1, FUSED_BWD), lambda: build(L, rank1), L, _BWD_VEC,
-            [G, Cs, X, gP, DH, dc, dG, dG, W, db, dw],
-            [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv, int(bool(need_h0))])
+    scalars = [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv, int(bool(need_h0))]
+    if FUSED_BWD:  # dG has 3 rows of padding (rnn_seq.backward)
+        _launch(("lstm_host", "bwdf", L, rank1), lambda: _build_bwd_fused(L, rank1), L, _BWDF_VEC,
+                [G, Cs, X, gP, DH, dc, dG, *[dG[r * NGH:] for r in range(4)], *[W[j * L:] for j in range(4)], db, dw],
+                scalars)
+    else:
+        _launch(("lstm_host", "bwd", L, rank1), lambda: _build_bwd(L, rank1), L, _BWD_VEC,
+                [G, Cs, X, gP, DH, dc, dG, dG, W, db, dw], scalars)
     return (DH[:BH] if need_h0 else None), dc[:BH], db[:NGH], (dw[:NGH] if rank1 else None)

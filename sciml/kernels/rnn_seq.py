@@ -394,7 +394,9 @@ def backward(kind, gP, X, W_ih, W_hh, saved, T, B, I, H, reverse, ybs, yts, dtyp
     lstm, gru = kind == "LSTM", kind == "GRU"
     G, S, Hs, Cs = saved["G"], saved["S"], saved["Hs"], saved["Cs"]
     r = 1 if reverse else 0
-    dG = buf(T * B * NGH, dtype)
+    dG = buf(T * B * NGH + 3 * NGH, dtype)  # 3 rows past the end: lstm_host's backward tiles read 4 rows at a time
+    if host:
+        C.host_call(_zero_from, dG, T * B * NGH)
     dS = buf(T * B * NGH, dtype) if gru else _zeros(16, dtype)
     L = None
     if lstm and dtype == "float32" and backend.on_host():
