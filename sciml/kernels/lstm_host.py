@@ -320,7 +320,7 @@ def _build_bwd_fused(L, rank1):
 
     @ti.func
     def adj(G: tp, Cv: tp, xs: tp, gP: tp, dc: tp, dG: tp, db: tp, dwih: tp, dhr, t, b, jv, B, hv, prev, new, ybs,
-            yts):
+            yts, sums: ti.template()):
         """The cell adjoint of (t, b, units jv) given the recurrent cotangent ``dhr`` of h_t."""
         one = ti.cast(1, T_)
         g0 = (t * B + b) * 4 * hv + jv
@@ -339,11 +339,36 @@ def _build_bwd_fused(L, rank1):
         dc[r0] = d * gf
         for g in ti.static(range(4)):
             dG[g0 + g * hv] = dgs[g]
-            db[g * hv + jv] += dgs[g]
-        if ti.static(rank1):
+            if ti.static(sums):
+                db[g * hv + jv] += dgs[g]
+        if ti.static(rank1 and sums):
             xv = xs[t * B + b]
             for g in ti.static(range(4)):
                 dwih[g * hv + jv] += xv * dgs[g]
+
+    @ti.func
+    def adj_tile(G: tp, Cv: tp, xs: tp, gP: tp, dc: tp, dG: tp, db: tp, dwih: tp, dh0, dh1, dh2, dh3, t, b0, jv, B,
+                 hv, prev, new, ybs, yts):
+        """The cell adjoints of rows b0.. (up to RB) of units jv, the bias and input-weight sums over those rows
+        added to db / dwih once (from dG, just stored: loads instead of a read-modify-write of db per row)."""
+        dhs = [dh0, dh1, dh2, dh3]
+        z = ti.Vector([0.0] * L, dt=T_)
+        sb = [z, z, z, z]
+        sw = [z, z, z, z]
+        for r in ti.static(range(RB)):
+            if b0 + r < B:
+                adj(G, Cv, xs, gP, dc, dG, db, dwih, dhs[r], t, b0 + r, jv, B, hv, prev, new, ybs, yts, False)
+                g0 = (t * B + b0 + r) * 4 * hv + jv
+                xv = xs[t * B + b0 + r]
+                for g in ti.static(range(4)):
+                    d = dG[g0 + g * hv]
+                    sb[g] += d
+                    if ti.static(rank1):
+                        sw[g] += xv * d
+        for g in ti.static(range(4)):
+            db[g * hv + jv] += sb[g]
+            if ti.static(rank1):
+                dwih[g * hv + jv] += sw[g]
 
     @ti.kernel
     def k(G: AG, Cv: AC, xs: AX, gP: AP, DH: ADH, dc: Adc, dG: AdG, D0: AdGs, D1: AdGs, D2: AdGs, D3: AdGs,
@@ -366,7 +391,7 @@ def _build_bwd_fused(L, rank1):
             for b in range(B):
                 for jv in range(hv):
                     adj(G, Cv, xs, gP, dc, dG, db, dwih, gP[tail + b * hv + jv], t, b, jv, B, hv, t + rev,
-                        t + 1 - rev, ybs, yts)
+                        t + 1 - rev, ybs, yts, True)
             # step q: dh_t = dG_{tn} W_hh (tn the step after t in the direction), tiles of RB rows x NJ vectors
             # (past the edges repeated, used once), then the cell adjoints of t on the tile; q == T: dh0 only
             nq = T
@@ -393,14 +418,17 @@ def _build_bwd_fused(L, rank1):
                             for r in ti.static(range(RB)):
                                 for j in ti.static(range(NJ)):
                                     acc[r][j] += xs4[r] * ws[j]
-                        for r in ti.static(range(RB)):
-                            for j in ti.static(range(NJ)):
-                                if b0 + r < B and j0 + j < hv:
-                                    if q == T:
+                        if q == T:
+                            for r in ti.static(range(RB)):
+                                for j in ti.static(range(NJ)):
+                                    if b0 + r < B and j0 + j < hv:
                                         DH[(b0 + r) * hv + j0 + j] = acc[r][j]
-                                    else:
-                                        adj(G, Cv, xs, gP, dc, dG, db, dwih, acc[r][j], t, b0 + r, j0 + j, B, hv,
-                                            t + rev, t + 1 - rev, ybs, yts)
+                        else:
+                            for j in ti.static(range(NJ)):
+                                if j0 + j < hv:
+                                    adj_tile(G, Cv, xs, gP, dc, dG, db, dwih, acc[0][j], acc[1 % RB][j],
+                                             acc[2 % RB][j], acc[3 % RB][j], t, b0, j0 + j, B, hv, t + rev,
+                                             t + 1 - rev, ybs, yts)
     return k
 
 
