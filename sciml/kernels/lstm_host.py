@@ -7,13 +7,20 @@ loop runs inside one serial Taichi kernel and the recurrent GEMM is a register t
 host's lanes, ``_vec.py``) fused with the cell:
 
 * forward: per step and per tile of RB batch rows (4 with 16-lane vectors, else 2) x one vector ``jv`` of hidden
-  units, the four gate sums ``h_prev W_hh^T`` of those units (``W_hh^T`` copied once per call, (H, 4H), so that
-  the four gates' weights of one k lie in one row), then the input term (input size 1: the rank-1 ``x_t W_ih^T``
-  right here; else the slot ``G[t]`` that one BLAS GEMM over all steps filled), the biases, the gates, c and h,
-  and the output written into its final layout;
+  units, the four gate sums ``h_prev W_hh^T`` of those units, then the input term (input size 1: the rank-1
+  ``x_t W_ih^T`` right here; else the slot ``G[t]`` that one BLAS GEMM over all steps filled), the biases, the
+  gates, c and h, and the output written into its final layout. The tile's operands come as views at one index:
+  ``W_hh`` copied once per call into four gate blocks (``_gate_blocks``: gate g's weights of units jv for input
+  unit k are the vector ``W<g>[jv H + k]``) and four views of ``Hs`` one row apart (``H<r>[row b0 + k]``; ``Hs``
+  carries 3 rows of padding for the last tile). Each load then costs one address, where separate indices into
+  one array cost an add, a sign extension and a shift each (Taichi's indices are i32): 4 + 4 of those per k
+  against 32 vector multiplies and adds. The 16 sums go to G first and the cells read them back (with them live
+  through the cells, LLVM spilled and reloaded); the four gates take one division (``_gates``);
 * backward: the cell adjoints of step t (the cotangent of h_t: the recurrent part plus the output's; the bias
   and, for input size 1, the input-weight gradients summed over the batch into db / dW_ih) run in the epilogue
-  of the register tiles of ``dh_t = dG_{t+1} W_hh`` (RB rows x 4 vectors), so the recurrent cotangent never
+  of the register tiles of ``dh_t = dG_{t+1} W_hh`` (RB rows x 4 vectors, operands again as views at one index:
+  four rows of dG, which carries 3 rows of padding, and four vectors of ``W_hh``, copied with 3 vectors of
+  padding; the bias and input-weight sums of a tile's rows added once), so the recurrent cotangent never
   leaves the registers and the loads of step t's saved gates overlap the GEMM's arithmetic (``FUSED_BWD``; else
   one pass over the batch rows in memory order per step, then the GEMM into a buffer: 14.0 vs 12.3 ms here). The
   weight GEMM ``dW_hh = sum_t dG_t^T h_{t-1}`` (and ``dx``, ``dW_ih`` for wider inputs) stays one BLAS GEMM over
@@ -22,9 +29,8 @@ host's lanes, ``_vec.py``) fused with the cell:
   37-39 ms).
 
 Where the time goes (perf on the benchmark's step, 2-vCPU Xeon with AVX-512, one thread, T=100, B=32, H=128,
-I=1): the recurrent GEMMs are arithmetic-bound, 32 vector multiplies and adds per k and tile on what measures as
-one 512-bit FP pipe (OpenBLAS, with FMA, reaches 94 GFLOP/s on 1024^3; these tiles ~49 without it, the ceiling
-for separate multiply and add), ~8.5 ms each way; the forward cell (five rational tanh) ~2-3.5 ms; the backward
+I=1): the recurrent GEMMs are arithmetic-bound, 32 vector multiplies and adds per k and tile (then ~8.5 ms each
+way; the ceiling without FMA: see the 2026-11-28 numbers below); the forward cell (five rational tanh) ~2-3.5 ms; the backward
 cell adjoints ~7 ms while they walked the batch rows with a 2 KB stride for each vector of units (memory-latency
 bound: the samples sat on the loads of the saved gates); in memory order and then fused they cost 5.9 ms less.
 
@@ -35,7 +41,14 @@ the composed recurrence as before (``models/_rnn_fused.py``).
 
 Measured (2-vCPU Xeon with AVX-512, one thread, T=100, B=32, H=128, I=1, process CPU time at load average 18-22):
 forward 18.5-20 -> 11-12 ms, backward (with the dW_hh GEMM) 27-35 -> 22-23 ms; then (load 7-10) the backward
-kernel 18.2 -> 14.2 (cell adjoints in memory order) -> 12.3 ms (fused into the dh tiles).
+kernel 18.2 -> 14.2 (cell adjoints in memory order) -> 12.3 ms (fused into the dh tiles). 2026-11-28 (a 2-vCPU
+Xeon, Cascade Lake class, load 1-3, thread CPU time): forward kernel 11.0 -> 9.1-9.3 ms, backward kernel 10.0 ->
+8.6 ms (the views, the sums stored first, one division, the tile sums of db). The tiles now run at ~3.75 vector
+multiplies or adds per ns, ~80 % of what a loop of independent multiplies and adds reaches here (4.5-4.7 per ns:
+two 512-bit pipes); without FMA (Taichi's JIT forms none, docs/perf.md) that is half of what OpenBLAS's FMA
+kernels reach on large GEMMs (109 GFLOP/s on 1024^3), so each recurrent GEMM costs ~7 ms of the step; OpenBLAS
+itself takes 51-64 us per 32 x 512 x 128 step GEMM (60-70 GFLOP/s: the packing), which a per-step BLAS loop
+would spend plus a launch and the cell pass per step.
 """
 from . import _common as C
 from . import _vec as V
