@@ -30,9 +30,10 @@ host's lanes, ``_vec.py``) fused with the cell:
 
 Where the time goes (perf on the benchmark's step, 2-vCPU Xeon with AVX-512, one thread, T=100, B=32, H=128,
 I=1): the recurrent GEMMs are arithmetic-bound, 32 vector multiplies and adds per k and tile (then ~8.5 ms each
-way; the ceiling without FMA: see the 2026-11-28 numbers below); the forward cell (five rational tanh) ~2-3.5 ms; the backward
-cell adjoints ~7 ms while they walked the batch rows with a 2 KB stride for each vector of units (memory-latency
-bound: the samples sat on the loads of the saved gates); in memory order and then fused they cost 5.9 ms less.
+way; the ceiling without FMA: see the 2026-11-28 numbers below); the forward cell (five rational tanh) ~2-3.5
+ms; the backward cell adjoints ~7 ms while they walked the batch rows with a 2 KB stride for each vector of units
+(memory-latency bound: the samples sat on the loads of the saved gates); in memory order and then fused they cost
+5.9 ms less.
 
 Buffers, layouts and the slots a step reads and writes are those of ``rnn_seq.py`` (G, Hs, Cs, P), so either
 backward reads what either forward saved. On devices, in float64, for the GRU and the Elman RNN, and where H or
