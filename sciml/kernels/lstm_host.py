@@ -14,8 +14,9 @@ host's lanes, ``_vec.py``) fused with the cell:
   unit k are the vector ``W<g>[jv H + k]``) and four views of ``Hs`` one row apart (``H<r>[row b0 + k]``; ``Hs``
   carries 3 rows of padding for the last tile). Each load then costs one address, where separate indices into
   one array cost an add, a sign extension and a shift each (Taichi's indices are i32): 4 + 4 of those per k
-  against 32 vector multiplies and adds. The 16 sums go to G first and the cells read them back (with them live
-  through the cells, LLVM spilled and reloaded); the four gates take one division (``_gates``);
+  against 32 vector multiplies and adds. The 16 sums, with the input term and the biases (their vectors loaded
+  once per tile), go to G first and the cells read them back (with the sums live through the cells, LLVM
+  spilled and reloaded); the four gates take one division (``_gates``);
 * backward: the cell adjoints of step t (the cotangent of h_t: the recurrent part plus the output's; the bias
   and, for input size 1, the input-weight gradients summed over the batch into db / dW_ih) run in the epilogue
   of the register tiles of ``dh_t = dG_{t+1} W_hh`` (RB rows x 4 vectors, operands again as views at one index:
@@ -167,17 +168,8 @@ def _build_fwd(L, rank1):
     def cell(G: tp, xs: tp, wih: tp, bias: tp, Cv: tp, Hv: tp, P: tp, t, b, jv, B, hv, prev, new, ybs, yts, tail,
              last):
         g0 = (t * B + b) * 4 * hv + jv
-        ai = G[g0]  # h_prev W_hh^T (+ x_t W_ih^T where I > 1)
-        af = G[g0 + hv]
-        ag = G[g0 + 2 * hv]
-        ao = G[g0 + 3 * hv]
-        if ti.static(rank1):  # input size 1: x_t W_ih^T is a rank-1 term
-            xv = xs[t * B + b]
-            ai += xv * wih[jv]
-            af += xv * wih[hv + jv]
-            ag += xv * wih[2 * hv + jv]
-            ao += xv * wih[3 * hv + jv]
-        gi, gf, gg, go = gates(ai + bias[jv], af + bias[hv + jv], ag + bias[2 * hv + jv], ao + bias[3 * hv + jv])
+        # the pre-activations: h_prev W_hh^T + x_t W_ih^T + biases, stored by the tile
+        gi, gf, gg, go = gates(G[g0], G[g0 + hv], G[g0 + 2 * hv], G[g0 + 3 * hv])
         p0 = (prev * B + b) * hv + jv
         n0 = (new * B + b) * hv + jv
         c = gf * Cv[p0] + gi * gg
@@ -222,16 +214,22 @@ def _build_fwd(L, rank1):
                             for r in ti.static(range(RB)):
                                 for g in ti.static(range(4)):
                                     acc[r][g] += xs4[r] * ws[g]
-                        # the sums into G first (the gates' slots), then the cells from there: with the 16
-                        # accumulators live through the cells, LLVM spilled them and reloaded every constant
+                        # the pre-activations into G first (the gates' slots), then the cells from there: with
+                        # the 16 accumulators live through the cells, LLVM spilled them and reloaded every
+                        # constant; the input term (input size 1: the rank-1 x_t W_ih^T, else the slot G[t] that
+                        # one BLAS GEMM over all steps filled) and the biases here, their weights loaded once
+                        bv = [bias[g * hv + jv] for g in ti.static(range(4))]
+                        wv = [wih[g * hv + jv] for g in ti.static(range(4))] if ti.static(rank1) else bv
                         for r in ti.static(range(RB)):
                             if b0 + r < B:
                                 g0 = (t * B + b0 + r) * 4 * hv + jv
-                                for g in ti.static(range(4)):
-                                    if ti.static(rank1):
-                                        G[g0 + g * hv] = acc[r][g]
-                                    else:
-                                        G[g0 + g * hv] += acc[r][g]
+                                if ti.static(rank1):
+                                    xv = xs[t * B + b0 + r]
+                                    for g in ti.static(range(4)):
+                                        G[g0 + g * hv] = acc[r][g] + xv * wv[g] + bv[g]
+                                else:
+                                    for g in ti.static(range(4)):
+                                        G[g0 + g * hv] += acc[r][g] + bv[g]
                         for r in ti.static(range(RB)):
                             if b0 + r < B:
                                 cell(G, xs, wih, bias, Cv, Hv, P, t, b0 + r, jv, B, hv, prev, new, ybs, yts, tail,
