@@ -212,3 +212,31 @@ def test_host_buffer_pool_stays_under_its_cap(monkeypatch):
         RS.buf(131072 + 16 * k, "float32")
         assert RS._POOL_BYTES[0] <= 3 << 20
     assert RS._POOL_BYTES[0] == sum(b.nbytes for lst in RS._POOL.values() for b in lst)
+
+
+@pytest.mark.parametrize("I, rev", [(1, False), (2, True)])
+def test_partial_tiles_ignore_what_they_read_past_the_edges(I, rev, calls, monkeypatch):
+    """The register tiles read 4 rows of h / dG and 4 vectors of W_hh through views at one index: past B (B = 7)
+    and past H / 16 (10 vectors) they read the next rows (the slot being written, or 3 rows of padding) and the
+    next row of W_hh, and must use none of it. With every free pooled buffer filled with NaN before a second,
+    identical call, the values and gradients come out bit for bit the same."""
+    import gc
+    from sciml.kernels import rnn_seq as RS
+    monkeypatch.setattr(RS, "_POOL", {})  # this test's buffers only
+    monkeypatch.setattr(RS, "_POOL_BYTES", [0])
+    args = _args(16, 7, I, 160, seed=13)
+    u = sm.tensor(np.random.default_rng(3).standard_normal(16 * 7 * 160 + 2 * 7 * 160), "float32")
+    kw = dict(reverse=rev, batch_first=True)
+    first = [np.array(a, copy=True) for a in _run(args, kw, u)]
+    gc.collect()
+    n = 0
+    for lst in RS._POOL.values():
+        for b in lst:
+            b[:] = np.nan
+            n += 1
+    assert n >= 4  # the saved buffers (G, Hs, Cs, dG, ...) went back to the pool and are poisoned
+    second = _run(args, kw, u)
+    from sciml.kernels import _vec as V
+    assert calls["fwd"] == 2 and calls["bwd"] == 2 and calls["lanes"] == {V.host_width()}
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
