@@ -12,7 +12,8 @@ Layout (T steps, batch B, hidden H, ``NG`` gate rows per unit: 4 LSTM, 3 GRU, 1 
   recurrent term ``h W_hh^T`` per step instead, because ``n`` uses ``r * (W_hn h + b_hn)``);
 * ``Hs``, ``Cs`` (T+1, B, H): the states. A step at time t reads slot ``t + r`` and writes ``t + 1 - r``
   (``r`` = 1 for the reverse direction), so ``Hs[r:r+T]`` are the previous states of t = 0..T-1 in order,
-  the left operand of the recurrent weight's gradient GEMM;
+  the left operand of the recurrent weight's gradient GEMM (``Hs`` and the backward's ``dG`` carry 3 rows of
+  padding past the end, zeroed on CPU: ``lstm_host.py``'s register tiles read 4 rows at a time);
 * ``P``: the packed output ``[y | h_T | c_T]``; ``y`` (T, B, H) or (B, T, H) (``batch_first``) at row
   strides ``ybs`` (batch) and ``yts`` (time).
 
