@@ -104,3 +104,26 @@ def test_wide_lanes_and_tiles_are_taken_on_aligned_buffers(monkeypatch):
     assert R.general_binary("add", src, y, out, (8, 64, 32), (8, 1, 32), (8, 64, 32), "float32")
     np.testing.assert_array_equal(out.reshape(8, 64, 32), x + 1)
     assert any(k[:1] == ("rows_gbinary_lanes",) and k[-1] == L for k in C._cache)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("serial", [True, False])
+def test_suffix_binary_and_pair_sum_equal_numpy(dtype, serial, monkeypatch):
+    """The suffix broadcast ((rows, inner) op (inner,)) and the product-rule pair sum at 64-byte, 16-byte
+    and no vectors (inner 64 / 48 / 20 / 33 at float32 and float64), aligned and misaligned."""
+    monkeypatch.setattr(C, "launch_mode", lambda n, cost=4: serial)
+    rng = np.random.default_rng(7)
+    for rows, inner in ((300, 64), (200, 48), (257, 20), (150, 33)):
+        a = rng.standard_normal((rows, inner)).astype(dtype)
+        c = rng.standard_normal((rows, inner)).astype(dtype)
+        p, q = rng.standard_normal(inner).astype(dtype), rng.standard_normal(inner).astype(dtype)
+        for shift in (0, 1):
+            ab, cb, pb, qb = _buf(a, shift), _buf(c), _buf(p), _buf(q, shift)
+            out = backend.aligned_empty(rows * inner, dtype)
+            for op, fn in (("mul", np.multiply), ("sub", np.subtract)):
+                assert R.suffix_binary(op, ab, pb, out, rows, inner, True, dtype)
+                np.testing.assert_array_equal(out.reshape(rows, inner), fn(a, p))
+                assert R.suffix_binary(op, pb, ab, out, rows, inner, False, dtype)
+                np.testing.assert_array_equal(out.reshape(rows, inner), fn(p, a))
+            R.pair_sum("mul", "mul", ab, pb, qb, cb, out, rows, inner, dtype)
+            np.testing.assert_array_equal(out.reshape(rows, inner), a * p + q * c)

@@ -233,9 +233,10 @@ def _contiguous(arrays):
 
 
 def _suffix_lanes(op, x, y, out, rows, inner, x_full, dtype, serial):
-    """The 16-byte vector form of ``suffix_binary`` (CPU; ``kernels/_vec.py``): when ``inner`` is a
-    multiple of the lanes and every buffer is 16-byte aligned (then so is every row), rows of
-    inner/lanes vectors. Same ti.func, same numbers. False: not applicable."""
+    """The vector form of ``suffix_binary`` (CPU; ``kernels/_vec.py``): when ``inner`` is a multiple of
+    the lanes and every buffer is aligned for them (then so is every row), rows of inner/lanes vectors,
+    64-byte vectors where the addresses and ``inner`` allow (``_widest``), else 16-byte. Same ti.func,
+    same numbers. False: not applicable."""
     from . import _vec as V
     from . import elementwise as E
     L = V.LANES.get(dtype)
@@ -245,10 +246,11 @@ def _suffix_lanes(op, x, y, out, rows, inner, x_full, dtype, serial):
     ptrs = V.pointers((x, y, out)) if _contiguous((x, y, out)) else None
     if ptrs is None:
         return False
+    L = _widest(ptrs, inner, dtype)
     iv = inner // L
     small = rows * iv
-    k = V.cached(("rows_binary_lanes", op, dtype, x_full, serial),
-                 lambda: _build_binary_lanes(op, dtype, x_full, serial), L)
+    k = V.cached(("rows_binary_lanes", op, dtype, x_full, serial, L),
+                 lambda: _build_binary_lanes(op, dtype, x_full, serial, L), L)
     counts = (small, iv, small) if x_full else (iv, small, small)
     if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
         k.fast(ptrs, counts, (rows, iv))
@@ -257,11 +259,20 @@ def _suffix_lanes(op, x, y, out, rows, inner, x_full, dtype, serial):
     return True
 
 
-def _build_binary_lanes(op, dtype, x_full, serial):
+def _widest(ptrs, inner, dtype):
+    """The widest lanes (64-byte vectors down to the 16-byte LANES) that every address in ``ptrs`` is
+    aligned for and that divide the row length ``inner`` (then every row starts on a vector)."""
     from . import _vec as V
+    L = V.mem_lanes_for(ptrs, dtype) or V.LANES[dtype]
+    while L > V.LANES[dtype] and inner % L:
+        L //= 2
+    return L
+
+
+def _build_binary_lanes(op, dtype, x_full, serial, L):
     from .elementwise import _binary_funcs
     ti = C.ti()
-    VA = ti.types.ndarray(dtype=ti.types.vector(V.LANES[dtype], backend.ti_dtype(dtype)), ndim=1)
+    VA = ti.types.ndarray(dtype=ti.types.vector(L, backend.ti_dtype(dtype)), ndim=1)
     f = _binary_funcs(dtype)[op]
 
     @ti.kernel
@@ -460,10 +471,11 @@ def pair_sum(op1: str, op2: str, a, p, q, c, out, rows: int, inner: int, dtype: 
     if (E.VECTOR and L and op1 in E.VEC_BINARY and op2 in E.VEC_BINARY and inner % L == 0
             and rows * inner >= E.VEC_MIN_N and backend.on_host()):
         ptrs = V.pointers((a, p, q, c, out)) if _contiguous((a, p, q, c, out)) else None
-        if ptrs is not None:  # 16-byte vector form (kernels/_vec.py): every row aligned, same ti.funcs
+        if ptrs is not None:  # vector form (kernels/_vec.py): every row aligned, same ti.funcs
+            L = _widest(ptrs, inner, dtype)
             iv = inner // L
             full = rows * iv
-            k = V.cached(("rows_pair_lanes", op1, op2, dtype, serial),
+            k = V.cached(("rows_pair_lanes", op1, op2, dtype, serial, L),
                          lambda: _build_pair(op1, op2, dtype, serial, L), L)
             if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
                 k.fast(ptrs, (full, iv, iv, full, full), (rows, iv))
