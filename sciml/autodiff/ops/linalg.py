@@ -139,6 +139,9 @@ def _repeat(a, nb):
 def _bmm_left(t, b, ta, tb):
     """op(t[i]) @ op(b) for every i of a batched tangent t (B,) + a.shape."""
     nb = t.shape[0]
+    if b.ndim == 2 and b.shape[1 if tb else 0] == 1:  # k = 1: outer products, one broadcast multiply
+        m, n = t.shape[-1] if ta else t.shape[-2], b.size
+        return reshape(t, (nb, m, 1)) * reshape(b, (1, n))
     if b.ndim == 2:
         if not ta:  # stack the B blocks' rows: one (B m, k) @ op(b) GEMM, zero-copy
             m, k = t.shape[-2:]
