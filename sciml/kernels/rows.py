@@ -419,14 +419,12 @@ def _build_general_lanes(op, dtype, serial, vx, vy, L):
                 if ti.static(vx and vy):
                     for q in range(iv):
                         out[base + q] = f(x[ox // L + q], y[oy // L + q])
-                elif ti.static(vx):
-                    b = VT(y[oy])
-                    for q in range(iv):
-                        out[base + q] = f(x[ox // L + q], b)
+                elif ti.static(vx):  # (the element is loaded per vector, as elementwise's broadcast kernels
+                    for q in range(iv):  # do: a hoisted one lets fast math reassociate a * b * (1 - b))
+                        out[base + q] = f(x[ox // L + q], VT(y[oy]))
                 else:
-                    a = VT(x[ox])
                     for q in range(iv):
-                        out[base + q] = f(a, y[oy // L + q])
+                        out[base + q] = f(VT(x[ox]), y[oy // L + q])
     return k
 
 
