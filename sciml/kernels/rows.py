@@ -21,6 +21,13 @@ from .. import backend
 MIN_INNER = 8  # shorter inner runs: the per-element kernel is as good
 
 
+def _serial(n):
+    """Serialized when small (``_common.launch_mode``) or when the host's cores are all taken
+    (``_common.busy()``: a parallel launch then waits for a descheduled thread). These kernels neither
+    reduce nor reorder arithmetic, so both give the same bits (tests/test_determinism.py)."""
+    return C.launch_mode(n) or C.busy()
+
+
 def simplify(shape, strides):
     """Drop size-1 axes and merge axes d, d+1 when stride[d] == stride[d+1] * shape[d+1]."""
     sh, st = [], []
@@ -65,7 +72,7 @@ def _run(x, out, n, meta, dtype, scat):
     inner, s_in = sh[-1], st[-1]
     outer, ost = sh[:-1], st[:-1]
     rows = n // inner
-    serial = C.launch_mode(n)
+    serial = _serial(n)
     G, nch = _groups(outer, rows, serial)
     groups = (rows // outer[-1] if outer else 1) * nch
     m = backend.meta((off, max(len(outer), 1), s_in, G, nch, *(outer or [1]), *(ost or [0])))
@@ -226,7 +233,7 @@ def suffix_binary(op: str, x, y, out, rows: int, inner: int, x_full: bool, dtype
     from .elementwise import COMPARE
     if op in COMPARE or inner < MIN_INNER:
         return False
-    serial = C.launch_mode(rows * inner)
+    serial = _serial(rows * inner)
     if _suffix_lanes(op, x, y, out, rows, inner, x_full, dtype, serial):
         return True
     k = C.cached(("rows_binary", op, dtype, x_full, serial), lambda: _build_binary(op, dtype, x_full, serial))
@@ -347,7 +354,7 @@ def general_binary(op: str, x, y, out, xs, ys, outs, dtype: str) -> bool:
         return False
     inner = sh[-1]
     n = math.prod(outs)
-    serial = C.launch_mode(n)
+    serial = _serial(n)
     outer = sh[:-1] or [1]
     ox, oy = ax[:-1] or [0], ay[:-1] or [0]
     rows = n // inner
@@ -468,7 +475,7 @@ def _build_general(op, dtype, serial):
 def pair_sum(op1: str, op2: str, a, p, q, c, out, rows: int, inner: int, dtype: str):
     """out (rows, inner) = op1(a, p) + op2(q, c) with a, c of shape (rows, inner) and p, q of shape
     (inner,): a product rule ``t_x * y + x * t_y`` of batched tangents in one pass instead of three."""
-    serial = C.launch_mode(rows * inner)
+    serial = _serial(rows * inner)
     from . import _vec as V
     from . import elementwise as E
     L = V.LANES.get(dtype)
