@@ -104,7 +104,7 @@ def _gather_lanes(x, out, n, inner, s_in, off, outer, ost, m, groups, dtype, ser
     if not xv and ost and ost[-1] == 1 and not (s_in % L or outer[-1] % L or off % L or any(t % L for t in ost[:-1])) \
             and not C.address(x) % (L * x.itemsize):
         xv = "tile"  # a transpose: L x L tiles, L vector loads and L vector stores each
-    if xv and (V.lanes_for([C.address(x)], dtype) or 0) < L and C.address(x) % (L * x.itemsize):
+    if xv and C.address(x) % (L * x.itemsize):  # source vectors need the same alignment
         xv = False
     ptrs = [C.address(x), C.address(out), C.address(m)]
     if ptrs[0] & (x.itemsize - 1):
