@@ -143,6 +143,27 @@ def test_binary_lanes_same_bits_busy_or_not(monkeypatch, dt):
         _same(*_both(monkeypatch, run), op)
 
 
+@pytest.mark.parametrize("dt", DTYPES)
+def test_rows_same_bits_busy_or_not(monkeypatch, dt):
+    """kernels/rows.py: transpose (tiles), broadcast gather, general binary, suffix binary, pair sum."""
+    from sciml.kernels import rows as R
+    rng = np.random.default_rng(9)
+    B, m, k = 161, 64, 32
+    x = _buf(_data(rng, B * m * k, dt))
+    y, p = _buf(_data(rng, B * k, dt)), _buf(_data(rng, m * k, dt))
+    runs = (lambda o: R.gather(x, o, x.size, (0, 3, B, k, m, m * k, 1, k), dt),
+            lambda o: R.gather(p, o, x.size, (0, 3, B, m, k, 0, k, 1), dt),
+            lambda o: R.general_binary("mul", x, y, o, (B, m, k), (B, 1, k), (B, m, k), dt),
+            lambda o: R.suffix_binary("sigmoid_grad", x, p, o, B, m * k, True, dt),
+            lambda o: R.pair_sum("tanh_grad", "twice_mul", x, p, p, x, o, B, m * k, dt))
+    for i, f in enumerate(runs):
+        def run(f=f):
+            out = backend.empty(x.size, dt)
+            assert f(out) is not False
+            return out
+        _same(*_both(monkeypatch, run), f"rows case {i}")
+
+
 def test_fused_lanes_same_bits_busy_or_not(monkeypatch):
     from sciml.kernels import fused as KF
     rng = np.random.default_rng(3)
@@ -251,6 +272,7 @@ def test_burgers_solve_same_bits_busy_or_not(monkeypatch):
 # Every caller of busy() and the test above that forces it both ways: a new caller needs a test here.
 COVERED = {"optim.py": "test_adam_lanes", "reduce.py": "test_sum", "taylor_vec.py": "test_taylor_vec_same_bits",
            "fused.py": "test_fused_lanes", "nn_dropout.py": "test_dense_epilogue", "elementwise.py": "test_unary_lanes",
+           "rows.py": "test_rows_same_bits",
            "blas.py": None}   # blas: SCIML_BUSY_BLAS=1 only, documented as load-dependent (docs/perf.md)
 
 

@@ -27,7 +27,8 @@ from .. import backend
 from ..kernels import lbfgs as K
 from .lbfgs import _options, _run
 from .result import CurvatureOptimizer, Flat, check_positive_int
-from .newton_auto import _HostVec, _Quiet, _ValueGradHessian, _auto_hessian, _distributed, _flat_loss, _seq_sum
+from .newton_auto import (_HostVec, _Quiet, _ValueGradHessian, _accumulate, _auto_hessian, _distributed, _flat_loss,
+                          _seq_sum)
 from .newton_trust import _trust_region_run
 
 
@@ -128,8 +129,12 @@ class _NewtonCG:
         q = r.copy()
         rr = _seq_sum(gn * gn)
         hvp = _hvp_operator(prob, x, self.hessian, self.jit_cache, host=True)
-        qbuf = np.empty(n, dtype=np.dtype(self.dt))
         eps3 = 3 * np.finfo(np.float64).eps
+        h = getattr(hvp, "matrix", None)
+        if h is not None and np.dtype(self.dt) == np.float64:
+            d[:n] = self._cg_dense64(prob, h, p, r, q, rr, eta, eps3)
+            return
+        qbuf = np.empty(n, dtype=np.dtype(self.dt))
         for j in range(self.cg_max):
             qbuf[:] = q
             Hq = np.asarray(hvp(qbuf)[:n], dtype=np.float64)
@@ -153,6 +158,37 @@ class _NewtonCG:
             q += r                                         # q = r + beta q
             rr = rr_new
         d[:n] = p
+
+    def _cg_dense64(self, prob, h, p, r, q, rr, eta, eps3):
+        """The loop of :meth:`_direction_host` for a float64 dense H held on the host: the same operations
+        in the same order (so the same bits), with the product ``h @ q`` inline and the temporaries in
+        preallocated buffers: ~10 numpy calls per CG step instead of ~20 (W6: ~8 CG steps per Newton
+        iteration, 1678 in a solve)."""
+        acc, mul, tmp = _accumulate, np.multiply, np.empty_like(q)
+        tol2 = self.cg_tol is not None
+        for j in range(self.cg_max):
+            Hq = h @ q
+            prob.nhvp += 1
+            self.cg_iters += 1
+            qHq = float(acc(mul(q, Hq, out=tmp))[-1])
+            if 0 <= qHq <= eps3:                           # zero curvature: keep p
+                if j == 0:
+                    p[:] = q
+                break
+            if qHq < 0:                                    # negative curvature
+                if j == 0:                                 # steepest descent, scaled by |g|^2/|g.Hg|
+                    p = q + (rr / -qHq - 1.0) * q
+                break
+            alpha = rr / qHq
+            p += mul(q, alpha, out=tmp)
+            r -= mul(Hq, alpha, out=tmp)
+            rr_new = float(acc(mul(r, r, out=tmp))[-1])
+            if (math.sqrt(rr_new) if tol2 else float(acc(np.abs(r, out=tmp))[-1])) <= eta:
+                break
+            q *= rr_new / rr
+            q += r                                         # q = r + beta q
+            rr = rr_new
+        return p
 
     def push(self, V, x_new, x, g_new, g):
         return _max_abs_diff(V, x_new, x)
@@ -188,6 +224,7 @@ def _counted_matvec(prob, H):
     def op(vbuf):
         prob.nhvp += 1
         return (h @ np.asarray(vbuf[:n], dtype=np.float64)).astype(dt, copy=False)
+    op.matrix = h  # (the host CG's float64 loop multiplies by it directly)
     return op
 
 

@@ -8,9 +8,14 @@ import numpy as np
 from .. import backend
 
 
+_accumulate = np.add.accumulate
+
+
 def _seq_sum(v):
-    """Left-to-right float64 sum (the order of a serialized kernel's ``+=``; numpy's ``sum`` is pairwise)."""
-    return float(np.cumsum(v)[-1]) if v.size else 0.0
+    """Left-to-right float64 sum (the order of a serialized kernel's ``+=``; numpy's ``sum`` is pairwise).
+    ``np.add.accumulate`` is ``cumsum``'s loop without its Python wrappers: ~1 us instead of ~3.5 us at
+    n = 100 (the host CG takes three such sums per iteration)."""
+    return float(_accumulate(v)[-1]) if v.size else 0.0
 
 
 # ``hessian="auto"``: a dense H (one batched pass per Newton iteration, products as host matvecs) when on

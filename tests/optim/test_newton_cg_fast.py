@@ -172,3 +172,29 @@ def test_host_vector_helper_matches_the_kernels(dtype):
     assert kv.dots(a, b, c) == hv.dots(a, b, c)
     assert kv.dots(a, b, b) == hv.dots(a, b, b)
     np.testing.assert_array_equal(np.asarray(kv.axpy(a, 0.37, b))[:n], np.asarray(hv.axpy(a, 0.37, b))[:n])
+
+
+@pytest.mark.parametrize("cg_tol", [None, 1e-9])
+def test_dense_float64_cg_loop_equals_the_generic_host_loop(monkeypatch, cg_tol):
+    """The float64 dense-H loop (``_cg_dense64``: product inline, preallocated temporaries) gives the generic
+    host loop's iterates bit for bit (the same operations in the same order)."""
+    def solve(lean):
+        orig = N._counted_matvec
+
+        def mv(prob, H):
+            op = orig(prob, H)
+            if not lean:
+                del op.matrix
+            return op
+        monkeypatch.setattr(N, "_counted_matvec", mv)
+        calls = []
+        monkeypatch.setattr(N._NewtonCG, "_cg_dense64",
+                            lambda self, *a, f=N._NewtonCG._cg_dense64: calls.append(1) or f(self, *a))
+        r = newton_cg(rosen, sm.tensor(x0(10)), hessian="dense", cg_tol=cg_tol, **KW)
+        monkeypatch.undo()
+        return r, len(calls)
+    (a, na), (b, nb) = solve(True), solve(False)
+    assert na > 0 and nb == 0
+    assert (a.iterations, a.nfev, a.nhvp) == (b.iterations, b.nfev, b.nhvp)
+    np.testing.assert_array_equal(a.params.numpy(), b.params.numpy())
+    assert np.linalg.norm(rosen_grad(a.params.numpy())) < 1e-6  # a stationary point (stalled at precision)

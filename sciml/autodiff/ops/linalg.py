@@ -139,6 +139,9 @@ def _repeat(a, nb):
 def _bmm_left(t, b, ta, tb):
     """op(t[i]) @ op(b) for every i of a batched tangent t (B,) + a.shape."""
     nb = t.shape[0]
+    if b.ndim == 2 and b.shape[1 if tb else 0] == 1:  # k = 1: outer products, one broadcast multiply
+        m, n = t.shape[-1] if ta else t.shape[-2], b.size
+        return reshape(t, (nb, m, 1)) * reshape(b, (1, n))
     if b.ndim == 2:
         if not ta:  # stack the B blocks' rows: one (B m, k) @ op(b) GEMM, zero-copy
             m, k = t.shape[-2:]
@@ -155,6 +158,9 @@ def _bmm_left(t, b, ta, tb):
 def _bmm_right(a, t, ta, tb):
     """op(a) @ op(t[i]) for every i of a batched tangent t (B,) + b.shape."""
     nb = t.shape[0]
+    if a.ndim == 2 and a.shape[0 if ta else 1] == 1:  # k = 1: outer products, one broadcast multiply
+        m, n = a.size, t.shape[-2] if tb else t.shape[-1]  # (a k = 1 GEMM rounds a * t once: the same numbers)
+        return reshape(a, (m, 1)) * reshape(t, (nb, 1, n))
     if a.ndim == 2 and tb:  # (op(a) t_i^T)^T = t_i op(a)^T: one (B n, k) GEMM, then a per-block transpose
         n, k = t.shape[-2:]
         m = a.shape[1] if ta else a.shape[0]
