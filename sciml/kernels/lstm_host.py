@@ -188,7 +188,7 @@ def _build_fwd(L, rank1):
     @ti.kernel
     def k(G: AG, xs: AX, wih: AW, bias: AB, W0: AW4, W1: AW4, W2: AW4, W3: AW4, Hv: AH, H0: AHs, H1: AHs,
           H2: AHs, H3: AHs, Cv: AC, P: AP, T: ti.i32, B: ti.i32, hv: ti.i32, rev: ti.i32, ybs: ti.i32, yts: ti.i32,
-          tail: ti.i32):
+          tail: ti.i32, z0: ti.i32):
         ti.loop_config(serialize=True)
         for _ in range(1):  # one serial task: the steps run in order
             H = hv * L
@@ -199,6 +199,9 @@ def _build_fwd(L, rank1):
                 prev = t + rev
                 new = t + 1 - rev
                 last = s == T - 1
+                nk = H  # the first step from a zero h0 (z0): no recurrent term
+                if s == 0 and z0 != 0:
+                    nk = 0
                 for bt in range((B + RB - 1) // RB):
                     b0 = bt * RB
                     hr = (prev * B + b0) * H  # row b0 + r of h_prev: H<r>[hr + k] (past B: the rows after, unused)
@@ -206,7 +209,7 @@ def _build_fwd(L, rank1):
                         acc = [[ti.Vector([0.0] * L, dt=T_) for _g in ti.static(range(4))]
                                for _r in ti.static(range(RB))]
                         wb = jv * H
-                        for kk in range(H):  # the four gates' sums h_prev W_hh^T of units jv, rows b0..
+                        for kk in range(nk):  # the four gates' sums h_prev W_hh^T of units jv, rows b0..
                             w = wb + kk  # one index for the four weight and the RB row operands
                             ws = [W0[w], W1[w], W2[w], W3[w]]
                             hk = hr + kk
@@ -469,9 +472,10 @@ def _launch(key, build, L, lanes_of, arrays, scalars):
     vk(arrays, ptrs, counts, scalars)
 
 
-def forward(G, X, W_ih, bias, W_hh, Hs, Cs, P, T, B, I, H, reverse, ybs, yts, L):
+def forward(G, X, W_ih, bias, W_hh, Hs, Cs, P, T, B, I, H, reverse, ybs, yts, h0_zero, L):
     """The whole forward of one direction: ``Hs``/``Cs`` hold h0/c0 in their first slot (the last when
-    ``reverse``); ``G`` the input projections unless I == 1 (then X and W_ih are read here)."""
+    ``reverse``); ``G`` the input projections unless I == 1 (then X and W_ih are read here). ``h0_zero``: h0 is
+    all zeros (the first step skips its recurrent GEMM)."""
     from .rnn_seq import _empty
     NGH = 4 * H
     hv = H // L
@@ -485,7 +489,8 @@ def forward(G, X, W_ih, bias, W_hh, Hs, Cs, P, T, B, I, H, reverse, ybs, yts, L)
     gates = [W4[g * H * H:(g + 1) * H * H] for g in range(4)]
     rows = [Hs[r * H:] for r in range(4)]  # h_prev's rows b0 + r at one index (Hs has 3 rows of padding)
     _launch(("lstm_host", "fwd", L, rank1), lambda: _build_fwd(L, rank1), L, _FWD_VEC,
-            [G, X, W_ih, bias, *gates, Hs, *rows, Cs, P], [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv])
+            [G, X, W_ih, bias, *gates, Hs, *rows, Cs, P], [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv,
+             int(bool(h0_zero))])
 
 
 def backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, need_h0, L):

@@ -357,6 +357,9 @@ def forward(kind, X, W_ih, bias, W_hh, h0, c0, T, B, I, H, reverse, ybs, yts, dt
     S = buf(T * B * NGH, dtype) if kind == "GRU" else _zeros(16, dtype)
     r = 1 if reverse else 0
     R.copy(h0, 0, Hs, r * T * BH, BH, dtype)
+    # h0 all zeros (the default state): the first step's recurrent GEMM and the h0 rows of dW_hh's are skipped.
+    # Decided on the data, so not while sciml.jit traces (a replay may bring another h0).
+    z0 = host and C.TRACE[0] is None and T > 1 and not h0[:BH].any()
     if lstm:
         R.copy(c0, 0, Cs, r * T * BH, BH, dtype)
     if backend.on_host():  # the biases in a buffer aligned for the wide vector kernels
@@ -367,8 +370,8 @@ def forward(kind, X, W_ih, bias, W_hh, h0, c0, T, B, I, H, reverse, ybs, yts, dt
     if L is not None:  # the whole sequence in one kernel (lstm_host.py)
         if I != 1:
             LA.matmul(X, W_ih, G, 1, T * B, NGH, I, False, True, dtype)
-        LH.forward(G, X, W_ih, bias, W_hh, Hs, Cs, P, T, B, I, H, reverse, ybs, yts, L)
-        return P, {"G": G, "S": S, "Hs": Hs, "Cs": Cs}
+        LH.forward(G, X, W_ih, bias, W_hh, Hs, Cs, P, T, B, I, H, reverse, ybs, yts, z0, L)
+        return P, {"G": G, "S": S, "Hs": Hs, "Cs": Cs, "z0": z0}
     LA.matmul(X, W_ih, G, 1, T * B, NGH, I, False, True, dtype)     # all steps' input projections: one GEMM
     cells = _Cells(kind, "fwd", (G, bias, S, Hs, Cs, P), dtype, B, H)
     u = cells.unit
@@ -378,10 +381,10 @@ def forward(kind, X, W_ih, bias, W_hh, h0, c0, T, B, I, H, reverse, ybs, yts, dt
             prev, new = t + r, t + 1 - r
             if kind == "GRU":  # S[t] = h_prev W_hh^T
                 _gemm(Hs, prev * BH, W_hh, S, t * B * NGH, B, NGH, H, False, False, dtype, host)
-            else:  # G[t] += h_prev W_hh^T
+            elif not (s == 0 and z0):  # G[t] += h_prev W_hh^T
                 _gemm(Hs, prev * BH, W_hh, G, t * B * NGH, B, NGH, H, False, True, dtype, host)
             cells(t, B, H // u, prev, new, ybs // u, yts // u, int(s == T - 1), nY // u)
-    return P, {"G": G, "S": S, "Hs": Hs, "Cs": Cs}
+    return P, {"G": G, "S": S, "Hs": Hs, "Cs": Cs, "z0": z0}
 
 
 def backward(kind, gP, X, W_ih, W_hh, saved, T, B, I, H, reverse, ybs, yts, dtype, need):
@@ -408,7 +411,8 @@ def backward(kind, gP, X, W_ih, W_hh, saved, T, B, I, H, reverse, ybs, yts, dtyp
         L = LH.lanes([C.address(a) for a in (G, Cs, gP, dG)], H)
     if L is not None:  # the step loop in one kernel (lstm_host.py); the weight GEMMs below
         dh, dc, db_k, dwih_k = LH.backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, need[4], L)
-        return _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh, dc, db_k, dwih_k)
+        return _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh, dc, db_k, dwih_k,
+                             saved.get("z0", False))
     dh = _empty(BH, dtype)
     R.copy(gP, nY, dh, 0, BH, dtype)
     dc = _empty(BH, dtype)        # LSTM: the cell state's cotangent; GRU: the direct part of dh_prev
@@ -426,7 +430,7 @@ def backward(kind, gP, X, W_ih, W_hh, saved, T, B, I, H, reverse, ybs, yts, dtyp
             if gru:
                 R.copy(dc, 0, dh, 0, BH, dtype, add=True)
     return _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh[:BH] if host else dh,
-                         (dc[:BH] if host else dc) if lstm else None)
+                         (dc[:BH] if host else dc) if lstm else None, z0=saved.get("z0", False))
 
 
 def _zero_from(a, i):
@@ -438,9 +442,9 @@ def _transpose_into(src, dst, m, n):
     dst[:m * n].reshape(n, m)[:] = src[:m * n].reshape(m, n).T
 
 
-def _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh0, dc0, db=None, dW_ih=None):
+def _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh0, dc0, db=None, dW_ih=None, z0=False):
     """(dX, dW_ih, db, dW_hh, dh0, dc0) from the gate cotangents of all steps: one GEMM each (db, dW_ih: those
-    the step loop summed where given)."""
+    the step loop summed where given; ``z0``: h0 is zero, dW_hh sums over the other T - 1 steps only)."""
     from . import linalg as LA
     NGH = NG[kind] * H
     host = backend.on_host()
@@ -484,7 +488,11 @@ def _weight_grads(kind, dG, dS, X, W_ih, Hs, T, B, I, H, r, dtype, need, dh0, dc
                 R.copy(Hs, BH, hp, 0, nY, dtype)
         if host:  # (H, NGH) = hp^T dG, then transposed: 10-15% faster in OpenBLAS than dG^T hp (512 x 128 x 3200)
             tmp = buf(NGH * H, dtype)
-            LA.matmul(hp, dGr, tmp, 1, H, NGH, T * B, True, False, dtype)
+            nt, dg = T, dGr
+            if z0:  # h0's rows contribute nothing: the prev states of t = 1..T-1 (reverse: t = 0..T-2) only
+                nt, hp = T - 1, Hs[BH:]
+                dg = dGr if r else dGr[B * NGH:]
+            LA.matmul(hp, dg, tmp, 1, H, NGH, nt * B, True, False, dtype)
             C.host_call(_transpose_into, tmp, dWh, H, NGH)
         else:
             LA.matmul(dGr, hp, dWh, 1, NGH, H, T * B, True, False, dtype)
