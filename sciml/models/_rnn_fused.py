@@ -19,6 +19,7 @@ from ..autodiff.backward import needs
 from ..autodiff.ops import concat, matmul, relu, reshape, sigmoid, stack, tanh, transpose
 from ..autodiff.primitive import Primitive, is_grad_enabled
 from ..autodiff.tensor import Tensor, zeros
+from ..kernels import _common as KC
 from ..kernels import recurrent as KR
 from ..kernels import rnn_seq as K
 
@@ -44,8 +45,11 @@ def _cell(kind, g, gh, h, c, H):
     return (tanh(a) if kind == "RNN_TANH" else relu(a)), None
 
 
-def rnn_layer_composed(x, W_ih, b, W_hh, h0, c0=None, *, kind, reverse=False, batch_first=False):
+def rnn_layer_composed(x, W_ih, b, W_hh, h0, c0=None, *, kind, reverse=False, batch_first=False,
+                       x_batch_first=False):
     """The packed result of :func:`rnn_layer` in composed ops (any order of derivatives)."""
+    if x_batch_first:
+        x = transpose(x, (1, 0, 2))
     T, B, _ = x.shape
     H = h0.shape[1]
     nb = K.NG[kind] * H
@@ -74,11 +78,31 @@ def _layout(T, B, H, batch_first):
     return (T * H, H) if batch_first else (H, B * H)   # (row stride of b, of t) in y
 
 
-def _fwd(x, W_ih, b, W_hh, h0, *c0, kind, reverse, batch_first, saved):
-    T, B, I = x.shape
+def _time_first(src, dst, B, T, I):
+    """dst (T, B, I) = src (B, T, I) on host buffers."""
+    dst[:T * B * I].reshape(T, B, I)[:] = src[:T * B * I].reshape(B, T, I).transpose(1, 0, 2)
+
+
+def _batch_first(src, dst, T, B, I):
+    """dst (B, T, I) = src (T, B, I) on host buffers."""
+    dst[:T * B * I].reshape(B, T, I)[:] = src[:T * B * I].reshape(T, B, I).transpose(1, 0, 2)
+
+
+def _shape(x, x_batch_first):
+    """(T, B, I) of the input."""
+    return (x.shape[1], x.shape[0], x.shape[2]) if x_batch_first else x.shape
+
+
+def _fwd(x, W_ih, b, W_hh, h0, *c0, kind, reverse, batch_first, x_batch_first, saved):
+    T, B, I = _shape(x, x_batch_first)
     H, dt = h0.shape[1], x.dtype
     ybs, yts = _layout(T, B, H, batch_first)
-    P, bufs = K.forward(kind, x._buf, W_ih._buf, b._buf, W_hh._buf, h0._buf, c0[0]._buf if c0 else None, T, B, I, H,
+    X = x._buf
+    if x_batch_first:  # (host only) one numpy transposition of the input, not a strided-view op and its launch
+        X = K.buf(T * B * I, dt)
+        KC.host_call(_time_first, x._buf, X, B, T, I)
+        saved["X"] = X
+    P, bufs = K.forward(kind, X, W_ih._buf, b._buf, W_hh._buf, h0._buf, c0[0]._buf if c0 else None, T, B, I, H,
                         reverse, ybs, yts, dt)
     saved.update(bufs)
     n = (T + (2 if kind == "LSTM" else 1)) * B * H
@@ -89,31 +113,37 @@ _rnn = Primitive("rnn_layer", _fwd)
 
 
 @_rnn.def_vjp
-def _vjp(g, x, W_ih, b, W_hh, h0, *c0, out, kind, reverse, batch_first, saved):
+def _vjp(g, x, W_ih, b, W_hh, h0, *c0, out, kind, reverse, batch_first, x_batch_first, saved):
     args = (x, W_ih, b, W_hh, h0) + c0
+    kw = dict(kind=kind, reverse=reverse, batch_first=batch_first, x_batch_first=x_batch_first)
     if _recorded(g, out, *args):
         from ..autodiff.transforms import vjp
-        _, pull = vjp(lambda *a: rnn_layer_composed(*a, kind=kind, reverse=reverse, batch_first=batch_first), *args)
+        _, pull = vjp(lambda *a: rnn_layer_composed(*a, **kw), *args)
         return tuple(pull(g, create_graph=is_grad_enabled()))
-    T, B, I = x.shape
+    T, B, I = _shape(x, x_batch_first)
     H, dt = h0.shape[1], x.dtype
     ybs, yts = _layout(T, B, H, batch_first)
     need = [needs(i) for i in range(len(args))] + [False] * (6 - len(args))
-    r = K.backward(kind, g._buf, x._buf, W_ih._buf, W_hh._buf, saved, T, B, I, H, reverse, ybs, yts, dt, need)
+    r = K.backward(kind, g._buf, saved.get("X", x._buf), W_ih._buf, W_hh._buf, saved, T, B, I, H, reverse, ybs, yts, dt, need)
+    if x_batch_first and r[0] is not None:
+        dx = K.buf(T * B * I, dt)
+        KC.host_call(_batch_first, r[0], dx, T, B, I)
+        r = [dx] + list(r[1:])
     shapes = [x.shape, W_ih.shape, b.shape, W_hh.shape, h0.shape, h0.shape]
     res = tuple(None if buf is None or not need[i] else Tensor._make(buf, shapes[i], dt) for i, buf in enumerate(r))
     return res[:len(args)]
 
 
 @_rnn.def_jvp
-def _jvp(ts, x, W_ih, b, W_hh, h0, *c0, out, kind, reverse, batch_first, saved):
+def _jvp(ts, x, W_ih, b, W_hh, h0, *c0, out, kind, reverse, batch_first, x_batch_first, saved):
     from ..autodiff.transforms import jvp
     xs = (x, W_ih, b, W_hh, h0) + c0
     ts = tuple(zeros(a.shape, a.dtype) if t is None else t for a, t in zip(xs, ts))
-    return jvp(lambda *a: rnn_layer_composed(*a, kind=kind, reverse=reverse, batch_first=batch_first), xs, ts)[1]
+    kw = dict(kind=kind, reverse=reverse, batch_first=batch_first, x_batch_first=x_batch_first)
+    return jvp(lambda *a: rnn_layer_composed(*a, **kw), xs, ts)[1]
 
 
-def rnn_layer(x, W_ih, b, W_hh, h0, c0=None, *, kind="LSTM", reverse=False, batch_first=False):
+def rnn_layer(x, W_ih, b, W_hh, h0, c0=None, *, kind="LSTM", reverse=False, batch_first=False, x_batch_first=False):
     """Run one direction of one recurrent layer over a whole sequence.
 
     Args:
@@ -125,17 +155,22 @@ def rnn_layer(x, W_ih, b, W_hh, h0, c0=None, *, kind="LSTM", reverse=False, batc
         kind: "LSTM", "GRU", "RNN_TANH" or "RNN_RELU".
         reverse: run from t = T-1 down to 0 (the backward direction of a bidirectional layer).
         batch_first: the output ``y`` laid out (B, T, H) instead of (T, B, H).
+        x_batch_first: ``x`` given as (B, T, I) (on CPU read through one host transposition into the time-first
+            buffer, its cotangent transposed back; elsewhere a ``transpose`` op first).
     Returns:
         A flat Tensor ``[y, h_T, c_T]`` (``c_T`` for the LSTM only); see :func:`rnn_outputs`.
     """
     if kind not in K.NG:
         raise ValueError(f"rnn_layer: kind={kind!r}; expected one of {', '.join(K.NG)}.")
-    T, B, _ = x.shape
+    if x_batch_first and not backend.on_host():
+        x, x_batch_first = transpose(x, (1, 0, 2)), False
+    T, B, _ = _shape(x, x_batch_first)
     H = h0.shape[1]
     args = (x, W_ih, b, W_hh, h0) + ((c0,) if kind == "LSTM" else ())
     if T * B * K.NG[kind] * H > _I32 or W_ih.shape[0] * max(W_ih.shape[1], H) > _I32:
-        return rnn_layer_composed(*args, kind=kind, reverse=reverse, batch_first=batch_first)
-    return _rnn(*args, kind=kind, reverse=reverse, batch_first=batch_first, saved={})
+        return rnn_layer_composed(*args, kind=kind, reverse=reverse, batch_first=batch_first,
+                                  x_batch_first=x_batch_first)
+    return _rnn(*args, kind=kind, reverse=reverse, batch_first=batch_first, x_batch_first=x_batch_first, saved={})
 
 
 # --- zero-copy parts of the packed output --------------------------------------------------------------

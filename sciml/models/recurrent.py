@@ -38,17 +38,18 @@ def _kind_of(kind, nonlinearity):
     return "RNN_" + nonlinearity.upper() if kind == "RNN" else kind
 
 
-def _fused_layer(kind, x, W_ih, b_ih, W_hh, b_hh, h0, c0, reverse=False, batch_first=False):
-    """One direction of one layer through the fused primitive (``_rnn_fused.rnn_layer``): x (T, B, I) ->
-    (y (T, B, H) or (B, T, H), h_T, c_T or None)."""
+def _fused_layer(kind, x, W_ih, b_ih, W_hh, b_hh, h0, c0, reverse=False, batch_first=False, x_batch_first=False):
+    """One direction of one layer through the fused primitive (``_rnn_fused.rnn_layer``): x (T, B, I) (or
+    (B, T, I) with ``x_batch_first``) -> (y (T, B, H) or (B, T, H), h_T, c_T or None)."""
     from ._rnn_fused import rnn_layer, rnn_outputs
-    T, B, _ = x.shape
+    T, B = (x.shape[1], x.shape[0]) if x_batch_first else x.shape[:2]
     H = W_hh.shape[1]
     if kind == "GRU":
         b = concat([b_ih, b_hh], 0) if b_ih is not None else zeros((6 * H,), x.dtype)
     else:
         b = b_ih + b_hh if b_ih is not None else zeros((W_hh.shape[0],), x.dtype)
-    P = rnn_layer(x, W_ih, b, W_hh, h0, c0, kind=kind, reverse=reverse, batch_first=batch_first)
+    P = rnn_layer(x, W_ih, b, W_hh, h0, c0, kind=kind, reverse=reverse, batch_first=batch_first,
+                  x_batch_first=x_batch_first)
     return rnn_outputs(P, T, B, H, kind, batch_first)
 
 
@@ -169,9 +170,8 @@ class _RNNBase(Module):
             lead = "(batch, time, " if self.batch_first else "(time, batch, "
             raise ValueError(f"{name}(input_size={self.input_size}): x has shape {x.shape}; expected "
                              f"{lead}{self.input_size}).")
-        if self.batch_first:
-            x = transpose(x, (1, 0, 2))
-        T, B = x.shape[:2]
+        xbf = self.batch_first  # the first layer reads (batch, time, input) itself (rnn_layer's x_batch_first)
+        T, B = (x.shape[1], x.shape[0]) if xbf else x.shape[:2]
         D, H, L = 2 if self.bidirectional else 1, self.hidden_size, self.num_layers
         if T == 0:
             raise ValueError(f"{name}: x has an empty time axis (shape {x.shape}).")
@@ -198,7 +198,8 @@ class _RNNBase(Module):
                 b_ih, b_hh = self._param("bias_ih", layer, d), self._param("bias_hh", layer, d)
                 hk = zeros((B, H), x.dtype) if state is None else h0[k]
                 ck = (zeros((B, H), x.dtype) if state is None else c0[k]) if lstm else None
-                y, h, c = _fused_layer(kind, inp, W_ih, b_ih, W_hh, b_hh, hk, ck, reverse=bool(d), batch_first=bf)
+                y, h, c = _fused_layer(kind, inp, W_ih, b_ih, W_hh, b_hh, hk, ck, reverse=bool(d), batch_first=bf,
+                                       x_batch_first=xbf and layer == 0)
                 outs.append(y)
                 hs.append(h)
                 cs.append(c)
