@@ -17,6 +17,9 @@ Layout (T steps, batch B, hidden H, ``NG`` gate rows per unit: 4 LSTM, 3 GRU, 1 
 * ``P``: the packed output ``[y | h_T | c_T]``; ``y`` (T, B, H) or (B, T, H) (``batch_first``) at row
   strides ``ybs`` (batch) and ``yts`` (time).
 
+On CPU outside sciml.jit's tracing, an all-zero h0 (the models' default state) skips the first step's recurrent
+GEMM and h0's rows of the ``dW_hh`` GEMM (``saved["z0"]``); the gradient of h0 itself is computed as for any h0.
+
 float32 on CPU runs vector forms of the cell kernels (the host's 8 or 16 lanes where H and the buffers allow,
 else 4; ``_vec.py``). The LSTM in float32 on CPU runs instead the whole step loop of each direction in one kernel
 (``lstm_host.py``: the recurrent GEMM as vector register tiles fused with the cell), on the same buffers; the
