@@ -126,7 +126,8 @@ def _vjp(g, x, W_ih, b, W_hh, h0, *c0, out, kind, reverse, batch_first, x_batch_
     H, dt = h0.shape[1], x.dtype
     ybs, yts = _layout(T, B, H, batch_first)
     need = [needs(i) for i in range(len(args))] + [False] * (6 - len(args))
-    r = K.backward(kind, g._buf, saved.get("X", x._buf), W_ih._buf, W_hh._buf, saved, T, B, I, H, reverse, ybs, yts, dt, need)
+    r = K.backward(kind, g._buf, saved.get("X", x._buf), W_ih._buf, W_hh._buf, saved, T, B, I, H, reverse, ybs, yts,
+                   dt, need)
     if x_batch_first and r[0] is not None:
         dx = K.buf(T * B * I, dt)
         KC.host_call(_batch_first, r[0], dx, T, B, I)

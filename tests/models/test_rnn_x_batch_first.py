@@ -70,3 +70,23 @@ def test_model_reads_batch_first_x_without_a_transpose(monkeypatch):
     assert n[0] == (0 if sm.backend.on_host() else 1)
     ref = LSTM(1, 16, batch_first=False, seed=0)(sm.tensor(x.numpy().transpose(1, 0, 2)))[0].numpy()
     np.testing.assert_allclose(out.numpy(), ref.transpose(1, 0, 2), rtol=1e-5, atol=1e-6)
+
+
+def test_x_batch_first_under_jit_replays_new_inputs():
+    """The host transposition (and dx's) is recorded by sciml.jit: replays read the new x."""
+    r = np.random.default_rng(9)
+    m = LSTM(3, 32, batch_first=True, dtype="float32", seed=3)
+
+    def loss(p, x):
+        return (m.apply(p, x)[0][:, -1] ** 2).mean()
+    jitted = sm.jit(sm.value_and_grad(loss, argnums=(0, 1)), fallback="raise")
+    eager = sm.value_and_grad(loss, argnums=(0, 1))
+    p = m.params()
+    for _ in range(3):
+        x = sm.tensor(r.standard_normal((5, 6, 3)), "float32")
+        (v1, (g1, gx1)), (v2, (g2, gx2)) = eager(p, x), jitted(p, x)
+        np.testing.assert_allclose(v2.numpy(), v1.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(gx2.numpy(), gx1.numpy(), rtol=1e-5, atol=1e-7)
+        for n in g1:
+            np.testing.assert_allclose(g2[n].numpy(), g1[n].numpy(), rtol=1e-5, atol=1e-7, err_msg=n)
+    assert jitted.stats["replays"] >= 2
