@@ -95,3 +95,18 @@ def test_mlp_hessian_through_both_fused_forms_against_finite_differences(sizes, 
     fd = np.stack([(g(th + eps * e) - g(th - eps * e)) / (2 * eps) for e in np.eye(npar)], 1)
     np.testing.assert_allclose(H, fd, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(H, sm.hessian(f, batched=False)(sm.tensor(th)).numpy(), rtol=1e-12, atol=1e-13)
+
+
+def test_vmap_of_a_sliced_mlp_hessian_equals_the_per_point_hessians():
+    """vmap over sm.hessian: the fused forms (matmul2 with a reshaped pair, matmul_tadd) and the backward's
+    unview_sum under vmap's batching rules."""
+    rng = np.random.default_rng(4)
+    x = _t(rng, (5, 2))
+
+    def f(th):
+        w, b, v = sm.reshape(th[:6], (2, 3)), th[6:9], th[9:12]
+        return (sm.matmul(sm.tanh(sm.matmul(x, w) + b), v) ** 2).sum()
+    ths = _t(rng, (3, 12))
+    H = sm.vmap(sm.hessian(f))(ths).numpy()
+    ref = np.stack([sm.hessian(f)(sm.tensor(t)).numpy() for t in ths.numpy()])
+    np.testing.assert_allclose(H, ref, rtol=1e-12, atol=1e-12)
