@@ -13,6 +13,7 @@ batched tangents: all 321 basis vectors in one pass), and for comparison the per
 
     python -m benchmarks.bench_w4 [--repeat 10] [--only W4a|W4b] [--no-peers] [--no-baselines]
     python -m benchmarks.bench_w4 --interleaved 21      # W4b: sciml jit / eager / torch.func alternately
+    python -m benchmarks.bench_w4 --interleaved 21 --replay-gemm-threads   # + the replay's GEMMs multi-threaded
 
 ``--interleaved N``: N rounds that each time the sciml jitted Hessian, the eager ``hessian_dense`` and
 torch.func's Hessian once, in turn, in one process (what survives a shared, loaded machine; for one core
@@ -130,8 +131,10 @@ def w4b(repeat, fast=False):
     return out
 
 
-def w4b_interleaved(rounds):
-    """W4b: sciml jit / sciml eager / torch.func.hessian, one call each per round, same process."""
+def w4b_interleaved(rounds, gemm_threads=False):
+    """W4b: sciml jit / sciml eager / torch.func.hessian, one call each per round, same process. With
+    ``gemm_threads``, also the jitted Hessian traced with ``kernels.linalg.REPLAY_ONE_THREAD = False`` (its
+    replay's GEMMs at the process-wide BLAS thread count instead of one)."""
     import time
     sm = _sm()
     from sciml.autodiff import curvature as CV
@@ -152,6 +155,15 @@ def w4b_interleaved(rounds):
     hj = sm.jit(sm.hessian(loss_flat), fallback=False)
     fns = {"sciml/W4b_hessian_jit": lambda: hj(theta).numpy(),
            "sciml/W4b_hessian_dense_batched": lambda: CV.hessian_dense(loss_flat, theta).numpy()}
+    if gemm_threads:
+        from sciml.kernels import linalg as KL
+        hn = sm.jit(sm.hessian(loss_flat), fallback=False)
+        KL.REPLAY_ONE_THREAD = False
+        try:
+            hn(theta)  # traced now: its GEMMs replay at the process-wide thread count
+        finally:
+            KL.REPLAY_ONE_THREAD = True
+        fns["sciml/W4b_hessian_jit_gemm_threads"] = lambda: hn(theta).numpy()
     try:
         import torch
         from torch.func import hessian as thessian
@@ -204,11 +216,13 @@ def main(argv=None):
     ap.add_argument("--no-baselines", action="store_true", help="skip the per-basis-vector Hessian paths")
     ap.add_argument("--interleaved", type=int, metavar="ROUNDS", help="W4b only: alternate sciml jit / eager / "
                     "torch.func per round in one process")
+    ap.add_argument("--replay-gemm-threads", action="store_true", help="with --interleaved: also a jitted Hessian "
+                    "whose replay runs its GEMMs at the process-wide BLAS thread count (default: one thread)")
     _arch.add_argument(ap)
     a = ap.parse_args(argv)
     _arch.use(a.arch)
     if a.interleaved:
-        return w4b_interleaved(a.interleaved)
+        return w4b_interleaved(a.interleaved, a.replay_gemm_threads)
     res = []
     tp = None if a.no_peers else peers.load_peer("torch")
     jp = None if a.no_peers else peers.load_peer("jax")

@@ -92,8 +92,11 @@ def _sweep(roots, seeds, wrt, create_graph, topo, lazy):
     nd = _needs.d
     get = cot.get
     ctx = enable_grad() if create_graph else no_grad()
+    pend = {}  # input node -> [(input, g, meta)]: cotangents of strided views, summed when first read
     with ctx:
         for node in reversed(order):
+            if node in pend:
+                _flush_views(cot, pend.pop(node), lazy and node.prim is None and node in wrt_set)
             g = get(node)
             if g is None:
                 continue
@@ -103,6 +106,9 @@ def _sweep(roots, seeds, wrt, create_graph, topo, lazy):
             inputs = node.inputs
             mask = tuple([x._node in useful for x in inputs])
             if True not in mask:  # no input leads to a wrt node (a wrt node's own inputs may still: go on)
+                continue
+            if prim.name == "view" and g._tangents and _views_on():  # tangent-carrying: see ops/unview_sum.py
+                pend.setdefault(inputs[0]._node, []).append((inputs[0], g, node.params["meta"]))
                 continue
             if prim.vjp is None:
                 raise NotImplementedError(f"{prim.name!r} has no VJP rule; it cannot be differentiated.")
@@ -118,7 +124,45 @@ def _sweep(roots, seeds, wrt, create_graph, topo, lazy):
             finally:
                 nd["mask"] = None
             _accumulate(cot, node, grads, mask)
+        for n, lst in pend.items():  # wrt nodes outside the order's sweep (leaves)
+            _flush_views(cot, lst, lazy and n.prim is None and n in wrt_set)
     return [get(n) for n in wrt]
+
+
+def _views_on():
+    from .ops import unview_sum as U
+    return U.ON[0]
+
+
+class _Inputs:
+    __slots__ = ("inputs",)
+
+    def __init__(self, x):
+        self.inputs = (x,)
+
+
+def _flush_views(cot, lst, final):
+    """The cotangents of strided views of one input (``lst``: (input, g, meta)), in sweep order: disjoint
+    views in one ``unview_sum`` (one zeroed buffer, no adds), else one unview each, accumulated as before.
+    ``final``: the input is a wrt leaf of a lazy sweep (its primal cotangent is dead when g is tangent-only)."""
+    from .ops import unview_sum as U
+    from .ops.shape import _unview
+    x = lst[0][0]
+    gs, metas = [g for _, g, _ in lst], [m for _, _, m in lst]
+    tonly = final and all(g._tangents for g in gs)
+    with tangent_only() if tonly else contextlib.nullcontext():
+        if len(gs) > 1 and U.disjoint(metas) and all(g._buf is not None for g in gs) or \
+                tonly and len(gs) > 1 and U.disjoint(metas):
+            parts = [U.unview_sum(gs, metas, x.shape)]
+        else:
+            parts = [_unview(g, meta=m, in_shape=x.shape) for g, m in zip(gs, metas)]
+    holder = _Inputs(x)
+    for r in parts:
+        if tonly:
+            with tangent_only():
+                _accumulate(cot, holder, (r,), (True,))
+        else:
+            _accumulate(cot, holder, (r,), (True,))
 
 
 def _ones_like(r, Tensor, ones):

@@ -174,7 +174,7 @@ def _rule_mm2(prim, xs, flags, params, nb):
         else:
             r = _mm(x, y, ta=t1, tb=t2)
             parts.append(broadcast_to(r, (nb,) + r.shape))
-    return parts[0] + parts[1]
+    return parts[0] + parts[1].reshape(parts[0].shape)  # (a second pair may be shaped as a reshape of the output)
 
 
 _OUT_SHAPE = {

@@ -15,6 +15,9 @@ from . import blas as _blas
 
 TILE_I, TILE_J = 8, 4  # register tile of C (swept here: 8x4 beat 4x4, 4x8, 8x8, 6x8, 4x12)
 DEVICE_MAX_K = 2048
+# a GEMM traced inside a single-threaded block replays on one thread (below); False: at the process-wide
+# count (benchmarks/bench_w4.py --replay-gemm-threads compares both; same bits, OpenBLAS splits m and n)
+REPLAY_ONE_THREAD = True
 
 
 def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, use_blas=None,
@@ -24,7 +27,7 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
     if use_blas is None:
         use_blas = backend.on_host()
     if use_blas:
-        if C.TRACE[0] is not None and _blas.get_threads() == 1:
+        if C.TRACE[0] is not None and _blas.get_threads() == 1 and REPLAY_ONE_THREAD:
             # traced inside a single-threaded block (a batched-tangent pass runs its many small GEMMs on one
             # thread): the replay must too, or its GEMMs take the process-wide count (W4b replay under load
             # 2 threads: 126 of 175 ms in GEMMs)

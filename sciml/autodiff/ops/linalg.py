@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ... import backend
+from ...kernels import index as K
 from ...kernels import linalg as L
 from ..backward import needs
 from ..primitive import Primitive
@@ -93,6 +94,9 @@ _mm2.def_shape(lambda a, b, c, d, ta, tb, tc, td: _mm_shape(a, b, ta, tb))
 
 def _pair_vjp(g, x, y, tx, ty, nx, ny):
     gx = gy = None
+    shape = _mm_shape(x, y, tx, ty)[0]
+    if g.shape != shape:  # the second pair may be a reshape of the output (same row-major elements)
+        g = reshape(g, shape)
     if nx:
         gx = _mm(y, g, ta=ty, tb=True) if tx else _mm(g, y, ta=False, tb=not ty)
     if ny:
@@ -117,8 +121,53 @@ def _mm2_jvp(ts, a, b, c, d, out, ta, tb, tc, td):
         else:
             x, y, fx, fy = terms[i]
             t = _mm(x, y, ta=fx, tb=fy)
+        t = t if t.shape == out.shape else reshape(t, out.shape)  # a pair shaped as a reshape of the output
         r = t if r is None else r + t
     return r
+
+
+# --- matmul_tadd: transpose(r) + op(c) @ op(d) -----------------------------------------------------
+def _tmm_forward(r, c, d, tc, td):
+    """out (B, m, n) = r (B, n, m) transposed per block + op(c) @ op(d), the product 2-D (B m, n): the
+    transpose writes out, then the GEMM accumulates into it (BLAS beta = 1)."""
+    from .shape import _view_forward
+    nb, n, m = r.shape
+    out, shape, dtype = _view_forward(r, K.view_meta(0, (nb, m, n), (n * m, 1, m)), (nb, m, n))
+    mm, k, _, nn = _dims(c, d, tc, td)
+    if mm * nn and k:
+        L.matmul(c._buf, d._buf, out, 1, mm, nn, k, tc, td, dtype, _blas["enabled"], True)
+    return out, shape, dtype
+
+
+_tmm = Primitive("matmul_tadd", _tmm_forward)
+_tmm.def_shape(lambda r, c, d, tc, td: ((r.shape[0], r.shape[2], r.shape[1]), r.dtype))
+
+
+@_tmm.def_vjp
+def _tmm_vjp(g, r, c, d, out, tc, td):
+    from .shape import transpose
+    gr = transpose(g, (0, 2, 1)) if needs(0) else None
+    return (gr,) + _pair_vjp(g, c, d, tc, td, needs(1), needs(2))
+
+
+def _tmm_sum(tr, tm, shape, transpose):
+    parts = [transpose(tr) if tr is not None else None, None if tm is None else reshape(tm, shape)]
+    parts = [p for p in parts if p is not None]
+    return None if not parts else parts[0] if len(parts) == 1 else parts[0] + parts[1]
+
+
+@_tmm.def_jvp
+def _tmm_jvp(ts, r, c, d, out, tc, td):
+    from .shape import transpose
+    return _tmm_sum(ts[0], _mm_jvp(ts[1:], c, d, None, tc, td), out.shape, lambda t: transpose(t, (0, 2, 1)))
+
+
+@_tmm.def_batched_jvp
+def _tmm_bjvp(ts, r, c, d, out, tc, td):
+    from .shape import transpose
+    tm = _mm_bjvp(ts[1:], c, d, None, tc, td) if ts[1] is not None or ts[2] is not None else None
+    nb = (ts[0] if ts[0] is not None else tm).shape[0]
+    return _tmm_sum(ts[0], tm, (nb,) + out.shape, lambda t: transpose(t, (0, 1, 3, 2)))
 
 
 _bcast_cache: dict = {}  # (id buf, id node, shape, B) -> (buf, node, broadcast); cleared when a batched_jvp ends
@@ -171,8 +220,43 @@ def _bmm_right(a, t, ta, tb):
     return _mm(_repeat(a, nb), t, ta=ta, tb=tb)
 
 
+def _stacked_left(t, b, ta, tb):
+    """t (B m, k): the operand of _bmm_left's one zero-copy GEMM with op(b), or None (another path)."""
+    if b.ndim == 2 and not ta and b.shape[1 if tb else 0] != 1:
+        nb, m, k = t.shape
+        return reshape(t, (nb * m, k))
+    return None
+
+
+def _right_pair(a, t, ta, tb):
+    """The operands (x, y) of _bmm_right's GEMM _mm(x, y) with a repeated a, or None (another path)."""
+    if a.ndim == 2 and (a.shape[0 if ta else 1] == 1 or (tb and (a.shape[1] if ta else a.shape[0]) * t.shape[-2]
+                                                          <= (a.shape[1] if ta else a.shape[0]) * t.shape[-1])):
+        return None
+    return _repeat(a, t.shape[0]), t
+
+
+def _right_transposed(a, t, ta, tb):
+    """r (B, n, m): the one GEMM of _bmm_right's transpose path (the product is r's per-block transpose), or None."""
+    if a.ndim == 2 and tb and a.shape[0 if ta else 1] != 1:
+        nb, n, k = t.shape
+        m = a.shape[1] if ta else a.shape[0]
+        if m * n <= m * k:
+            return reshape(_mm(reshape(t, (nb * n, k)), a, ta=False, tb=not ta), (nb, n, m))
+    return None
+
+
 @_mm.def_batched_jvp
 def _mm_bjvp(ts, a, b, out, ta, tb):
+    if ts[0] is not None and ts[1] is not None:  # T_A B + A T_B with no separate sum pass: the stacked GEMM
+        s = _stacked_left(ts[0], b, ta, tb)      # of the first accumulates (BLAS beta = 1) into the second's
+        if s is not None:                        # output (the same sum, rounded once, as r1 + r2)
+            rp = _right_pair(a, ts[1], ta, tb)
+            if rp is not None:
+                return _mm2(rp[0], rp[1], s, b, ta=ta, tb=tb, tc=False, td=tb)
+            rt = _right_transposed(a, ts[1], ta, tb)
+            if rt is not None:
+                return _tmm(rt, s, b, tc=False, td=tb)
     r = None
     if ts[0] is not None:
         r = _bmm_left(ts[0], b, ta, tb)
@@ -186,6 +270,7 @@ def _mm_bjvp(ts, a, b, out, ta, tb):
 def _mm2_bjvp(ts, a, b, c, d, out, ta, tb, tc, td):
     r1 = _mm_bjvp(ts[:2], a, b, out, ta, tb) if ts[0] is not None or ts[1] is not None else None
     r2 = _mm_bjvp(ts[2:], c, d, out, tc, td) if ts[2] is not None or ts[3] is not None else None
+    r1, r2 = (r if r is None or r.shape[1:] == out.shape else reshape(r, r.shape[:1] + out.shape) for r in (r1, r2))
     if r1 is None or r2 is None:
         return r1 if r2 is None else r2
     return r1 + r2
