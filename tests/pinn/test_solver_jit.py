@@ -1,0 +1,69 @@
+"""The first-order stage replays its step through sciml.jit (pinn/stages.py ``_Step``): the same
+bits as the eager step, with resampling and adaptive weights too, and the replay really runs."""
+import numpy as np
+import pytest
+
+import sciml as sm
+from sciml.models import MLP
+from sciml.optim import Adam
+from sciml.pinn import Dirichlet, Interval, Periodic, Problem, d, solve
+from sciml.pinn import stages
+
+_REAL = stages._Step   # (each test's spy wraps this one)
+
+
+def _problem():
+    def pde(u, x):
+        return -d(u, x, x) - np.pi ** 2 * sm.sin(np.pi * x)
+    return Problem(Interval(-1, 1), pde, reference=lambda p: np.sin(np.pi * p[:, 0]),
+                   conditions=[Dirichlet(0.0, on="left"), Periodic("x")])
+
+
+def _run(monkeypatch, jit, **kw):
+    monkeypatch.setenv("SCIML_PINN_JIT", "1" if jit else "0")
+    made = []
+    real = _REAL
+
+    def spy(run):
+        s = real(run)
+        made.append(s)
+        return s
+    monkeypatch.setattr(stages, "_Step", spy)
+    net = MLP([1, 20, 20, 20, 1], activation=sm.tanh, seed=0)
+    r = solve(_problem(), net, points=24, stages=[(Adam(lr=1e-3), 30)], dtype="float32",
+              progress=False, log_every=5, **kw)
+    bits = np.concatenate([np.asarray(p.numpy(), np.float32).ravel() for p in
+                           sm.tree_util.tree_leaves(net.params())]).view(np.uint32)
+    return np.asarray(r.history["loss"], np.float64), bits, made
+
+
+@pytest.mark.parametrize("kw", [{}, {"weights": "grad_norm"},
+                                {"resample": {"method": "rad", "every": 10}}],
+                         ids=["plain", "grad_norm", "rad"])
+def test_jitted_steps_same_bits_as_eager(monkeypatch, kw):
+    la, ba, steps_a = _run(monkeypatch, False, **kw)
+    lb, bb, steps_b = _run(monkeypatch, True, **kw)
+    assert len(la) == len(lb) == 30
+    assert np.array_equal(la.view(np.uint64), lb.view(np.uint64))
+    assert np.array_equal(ba, bb)
+    assert all(not s.jitted for s in steps_a), [(s.jitted, s.why) for s in steps_a]
+    assert steps_b and all(s.jitted for s in steps_b), [s.why for s in steps_b]
+    replays = sum(s.fn.stats["replays"] for s in steps_b)
+    assert replays >= 30 - 3 * len(steps_b)   # per Loss: one eager probe, one trace, the rest replays
+    if "resample" in kw:
+        assert len(steps_b) == 3   # a new Loss at steps 10 and 20: each traced anew
+
+
+def test_untraceable_step_falls_back_to_eager(monkeypatch):
+    """A step the jit cannot trace (JitError: a host read of a traced value, a user's Taichi
+    kernel) runs eagerly from then on, with the same bits as an eager run."""
+    import sys
+    J = sys.modules["sciml.autodiff.jit"]   # (sciml.autodiff.jit is also the function)
+    la, ba, _ = _run(monkeypatch, False)
+
+    def refuse(self, *a, **k):
+        raise J.JitError("refused (test)")
+    monkeypatch.setattr(J.Jitted, "_trace", refuse)
+    lb, bb, made = _run(monkeypatch, True)
+    assert np.array_equal(la.view(np.uint64), lb.view(np.uint64)) and np.array_equal(ba, bb)
+    assert made and not made[0].jitted and "refused" in made[0].why
