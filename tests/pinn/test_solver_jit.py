@@ -19,7 +19,7 @@ def _problem():
                    conditions=[Dirichlet(0.0, on="left"), Periodic("x")])
 
 
-def _run(monkeypatch, jit, **kw):
+def _run(monkeypatch, jit, stage=None, **kw):
     monkeypatch.setenv("SCIML_PINN_JIT", "1" if jit else "0")
     made = []
     real = _REAL
@@ -30,7 +30,7 @@ def _run(monkeypatch, jit, **kw):
         return s
     monkeypatch.setattr(stages, "_Step", spy)
     net = MLP([1, 20, 20, 20, 1], activation=sm.tanh, seed=0)
-    r = solve(_problem(), net, points=24, stages=[(Adam(lr=1e-3), 30)], dtype="float32",
+    r = solve(_problem(), net, points=24, stages=[(Adam(lr=1e-3), 30)] + ([stage] if stage else []), dtype="float32",
               progress=False, log_every=5, **kw)
     bits = np.concatenate([np.asarray(p.numpy(), np.float32).ravel() for p in
                            sm.tree_util.tree_leaves(net.params())]).view(np.uint32)
@@ -67,3 +67,15 @@ def test_untraceable_step_falls_back_to_eager(monkeypatch):
     lb, bb, made = _run(monkeypatch, True)
     assert np.array_equal(la.view(np.uint64), lb.view(np.uint64)) and np.array_equal(ba, bb)
     assert made and not made[0].jitted and "refused" in made[0].why
+
+
+def test_lbfgs_stage_replayed_same_bits(monkeypatch):
+    """After Adam, an L-BFGS stage evaluates its loss and gradient through sciml.jit (the solver
+    turns on ``LBFGS(jit=...)`` when the first-order step replays): the same bits as eager."""
+    from sciml.optim import LBFGS
+    la, ba, _ = _run(monkeypatch, False, stage=(LBFGS(max_iter=50), 15))
+    opt = LBFGS(max_iter=50)
+    lb, bb, _ = _run(monkeypatch, True, stage=(opt, 15))
+    assert len(la) > 30 and np.array_equal(la.view(np.uint64), lb.view(np.uint64))
+    assert np.array_equal(ba, bb)
+    assert opt._jit and opt._jit_cache.get("fn") is not None
