@@ -128,12 +128,17 @@ class _Step:
                 self.fn, self.why = None, "the fused path splits its GEMMs over two threads"
             return out
         from ..autodiff.jit import JitError
-        try:
-            return self.fn(params, tuple(self.run.w_now()))
+        try:   # (detached leaves: a bare Parameter, e.g. a PDE coefficient, records a tape node)
+            return self.fn(_detached(params), tuple(self.run.w_now()))
         except JitError as e:   # cannot be replayed: eager from now on, and say why (debug log)
             self.fn, self.why = None, str(e)
             log.debug("solve: first-order steps run eagerly: %s", e)
             return self.eager(params)
+
+
+def _detached(tree):
+    from ..autodiff.pytree import tree_map
+    return tree_map(lambda t: t.detach() if getattr(t, "_node", None) is not None else t, tree)
 
 
 def _replayable(run):

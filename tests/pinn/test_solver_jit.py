@@ -79,3 +79,26 @@ def test_lbfgs_stage_replayed_same_bits(monkeypatch):
     assert len(la) > 30 and np.array_equal(la.view(np.uint64), lb.view(np.uint64))
     assert np.array_equal(ba, bb)
     assert opt._jit and opt._jit_cache.get("fn") is not None
+
+
+def test_inverse_problem_replayed_same_bits(monkeypatch):
+    """A trainable PDE coefficient (a bare Parameter, which records a tape node) is replayed too."""
+    from sciml.pinn import Parameter, PointData
+
+    def pde(u, x, C):
+        return -C * d(u, x, x) - np.pi ** 2 * sm.sin(np.pi * x)
+    xs = np.linspace(-1, 1, 5)[:, None]
+
+    def run(jit):
+        monkeypatch.setenv("SCIML_PINN_JIT", "1" if jit else "0")
+        made = []
+        monkeypatch.setattr(stages, "_Step", lambda r: made.append(_REAL(r)) or made[-1])
+        pb = Problem(Interval(-1, 1), pde, parameters={"C": Parameter(2.0)},
+                     conditions=[Dirichlet(0.0), PointData(xs, np.sin(np.pi * xs))])
+        net = MLP([1, 16, 16, 1], activation=sm.tanh, seed=0)
+        r = solve(pb, net, points=20, stages=[(Adam(lr=1e-2), 25)], dtype="float32", progress=False)
+        return np.asarray(r.history["loss"], np.float64), r.parameters["C"], made
+    la, ca, _ = run(False)
+    lb, cb, made = run(True)
+    assert np.array_equal(la.view(np.uint64), lb.view(np.uint64)) and ca == cb and ca != 2.0
+    assert made[0].jitted and made[0].fn.stats["replays"] >= 22
