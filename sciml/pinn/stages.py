@@ -86,8 +86,8 @@ def _gradient(run):
     in the same order on the same buffers (the same bits) without the Python of the tape, the
     rules and the fused regions (a 3x50 tanh net on 37 points: 4.3 -> 1.3 ms a step). The loss
     weights are static (a new trace when an adaptive weighting changes them), and a new ``Loss``
-    (resampling) gets a new trace, at its second step. A function that cannot be traced (a host read inside a user's
-    residual, a user's own Taichi kernel) runs eagerly, as do a run under MPI (its
+    (resampling) gets a new trace, at its second step. A function that cannot be traced (a
+    host read while tracing, a user's own Taichi kernel) runs eagerly, as do a run under MPI (its
     all-reduce), one whose first (eager) step split a fused GEMM over threads (see
     ``_probe_split``: large point sets) and ``SCIML_PINN_JIT=0``."""
     cache = run.__dict__.setdefault("_grad_fn", [None, None])
