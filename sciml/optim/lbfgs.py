@@ -446,6 +446,9 @@ class LBFGS(CurvatureOptimizer):
         history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls: as in :func:`lbfgs`
             (``max_iter`` and ``max_eval`` count per ``step``).
         callback: ``callback(IterInfo)`` per iteration; return True to stop.
+        jit: True: loss and gradient traced by :func:`sciml.jit` and replayed; False: eager, always;
+            None (default): eager, except inside :func:`sciml.pinn.solve`, which replays it when the
+            stage's loss replays (the same bits).
     Example:
         >>> net = sm.models.MLP([1, 16, 1], seed=0)
         >>> opt = LBFGS(net.params(), max_iter=200)
@@ -453,10 +456,11 @@ class LBFGS(CurvatureOptimizer):
     """
 
     def __init__(self, params=None, *, history=10, max_iter=20, max_eval=None, gtol=1e-7, ftol=1e-12,
-                 xtol=1e-12, lr=1.0, c1=1e-4, c2=0.9, max_ls=25, callback=None, jit=False):
+                 xtol=1e-12, lr=1.0, c1=1e-4, c2=0.9, max_ls=25, callback=None, jit=None):
         self._opts = _options("LBFGS", history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls)
         self._callback = callback
-        self._jit, self._jit_cache = bool(jit), {}
+        # jit=None: eager here; ``sciml.pinn.solve`` may replay it when its first-order step replays
+        self._jit_auto, self._jit, self._jit_cache = jit is None, bool(jit), {}
         self._hist = None
         super().__init__(params)
 

@@ -58,7 +58,7 @@ def run_first_order(run, si, opt, steps, first):
 
 def run_curvature(run, si, opt, steps, first):
     """``opt.step(loss_fn)`` calls, each capped at the steps left in the stage. An ``LBFGS``
-    built with ``jit=False`` (its default) is switched to ``jit=True`` (loss and gradient replayed
+    built without ``jit=`` (its default, None) is switched to ``jit=True`` (loss and gradient replayed
     through sciml.jit, the same bits) when the first-order step of this Loss replays (see
     ``_gradient``): Lorenz inverse at 1/50, 33.6 -> 25.0 s."""
     def objective():
@@ -66,7 +66,7 @@ def run_curvature(run, si, opt, steps, first):
         fwd = run.transform[0]
         return glob if fwd is None else (lambda p: fwd(glob(p)))
     inv = run.transform[1] or (lambda v: v)
-    if getattr(opt, "_jit", None) is False and _replayable(run):
+    if getattr(opt, "_jit_auto", False) and not opt._jit and _replayable(run):
         opt._jit = True   # L-BFGS: its loss and gradient replayed (sciml.jit), the same bits
     return _curvature_loop(run, si, opt, steps, first, objective, inv)
 

@@ -81,6 +81,10 @@ def test_lbfgs_stage_replayed_same_bits(monkeypatch):
     assert len(la) > 30 and np.array_equal(la.view(np.uint64), lb.view(np.uint64))
     assert np.array_equal(ba, bb)
     assert opt._jit and opt._jit_cache.get("fn") is not None
+    explicit = LBFGS(max_iter=50, jit=False)   # the user's explicit choice is kept
+    lc, bc, _ = _run(monkeypatch, True, stage=(explicit, 15))
+    assert not explicit._jit and not explicit._jit_cache
+    assert np.array_equal(la.view(np.uint64), lc.view(np.uint64)) and np.array_equal(ba, bc)
 
 
 def test_inverse_problem_replayed_same_bits(monkeypatch):
