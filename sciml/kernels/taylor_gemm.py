@@ -48,6 +48,17 @@ def lanes(act, w_in: int, w: int, dtype: str, o: int, ptrs):
     return L
 
 
+def host_lanes(act, w_in: int, w: int, dtype: str, o: int, *bufs):
+    """:func:`lanes` (o >= 0) or :func:`backward_lanes` (o = -1: vectors over w_in, the sum over w) for these
+    buffers; None off the host (device buffers have no address)."""
+    if not backend.on_host():
+        return None
+    ptrs = [C.address(a) for a in bufs]
+    if o < 0:
+        return backward_lanes(act, w_in, w, dtype, ptrs)
+    return lanes(act, w_in, w, dtype, o, ptrs)
+
+
 def layer_forward(L, act, A, WM, b, Z, H, coords, pairs, n: int, w_in: int, w: int, first: bool, dtype: str,
                   top=None):
     """Z/H of one Taylor layer from its input rows A ((S*n, w_in) stacked streams; first: the (n, d) points)
@@ -172,4 +183,4 @@ def layer_backward(L, act, Z, HV, W, G, GN, WN, coords, pairs, n: int, w: int, w
     TV.layer_backward(L, act, Z, HV, W if first else GN, G, coords, pairs, n, w, first, dtype, top=(GN, WN, w_next))
 
 
-__all__ = ["ENABLED", "MAX_WIDTH", "backward_lanes", "lanes", "layer_backward", "layer_forward"]
+__all__ = ["BACKWARD", "ENABLED", "MAX_WIDTH", "backward_lanes", "host_lanes", "lanes", "layer_backward", "layer_forward"]

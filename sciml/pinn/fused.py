@@ -42,7 +42,6 @@ from ..kernels import blas as _kblas
 from ..kernels import linalg as LK
 from ..kernels import taylor as TK
 from ..kernels import taylor_gemm as _TG
-from ..kernels._common import address as _address
 from ..kernels.taylor_split import SPLIT_MAX as _SPLIT_MAX
 from . import generic
 from .fused_blocks import _acc_done, _block, _disjoint, _presplit, _split, _unblock  # noqa: F401
@@ -247,17 +246,6 @@ def _streams(coords, pairs, high):
     return ((),) + tuple((q,) for q in range(len(coords))) + tuple(pairs) + tuple(high)
 
 
-def _tg_lanes(act, w_in, w, dtype, o, *bufs):
-    """The lanes of the fused GEMM + Taylor kernels (kernels/taylor_gemm.py) for these host buffers, or None;
-    o = -1: the adjoint (vectors over w_in, the sum over w)."""
-    if not backend.on_host():
-        return None
-    ptrs = [_address(a) for a in bufs]
-    if o < 0:
-        return _TG.backward_lanes(act, w_in, w, dtype, ptrs)
-    return _TG.lanes(act, w_in, w, dtype, o, ptrs)
-
-
 def _layer_fwd(act, Z, b, W, H, coords, pairs, high, n, w, first, dtype, top):
     if high:
         TK.layer_forward_k(act, Z, b, W, H, coords, _streams(coords, pairs, high), n, w, first, dtype, top=top)
@@ -295,7 +283,7 @@ def _forward_impl(x, *params, act, coords, pairs, high=(), jin=False):
     Z = _take(rows * w, dtype)
     H = _take(S * n * w, dtype)
     tk = top if L == 2 else None
-    lg = None if jin or high else _tg_lanes(act, d, w, dtype, tk[3] if tk else 0, Z, H)
+    lg = None if jin or high else _TG.host_lanes(act, d, w, dtype, tk[3] if tk else 0, Z, H)
     if lg:   # narrow layers on CPU: the GEMM inside the Taylor kernel (kernels/taylor_gemm.py)
         _TG.layer_forward(lg, act, x._buf, W._buf, b._buf, Z, H, coords, pairs, n, d, w, True, dtype, tk)
     else:
@@ -308,7 +296,7 @@ def _forward_impl(x, *params, act, coords, pairs, high=(), jin=False):
         Z = _take(S * n * w, dtype)
         Hn = _take(S * n * w, dtype)
         tk = top if k == L - 2 else None
-        lg = None if high else _tg_lanes(act, w_in, w, dtype, tk[3] if tk else 0, Z, Hn)
+        lg = None if high else _TG.host_lanes(act, w_in, w, dtype, tk[3] if tk else 0, Z, Hn)
         if lg:
             _TG.layer_forward(lg, act, H, W._buf, b._buf, Z, Hn, coords, pairs, n, w_in, w, False, dtype, tk)
         else:
@@ -434,7 +422,7 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=
         _gemm(ones, dH, into(base + 2 * k + 1), 1, w, n, dtype=dtype, defer=dfr, lvl=2)
         _flush(dfr, dtype)
         dH_in = _take(S * n * w_in, dtype)
-        lg = None if jin or high else _tg_lanes(act, w_in, w, dtype, -1, Zs[k - 1], Hs[k - 1], dH_in)
+        lg = None if jin or high else _TG.host_lanes(act, w_in, w, dtype, -1, Zs[k - 1], Hs[k - 1], dH_in)
         if lg:   # narrow layers on CPU: layer k-1's adjoint forms its input cotangents dH W_k^T itself
             _TG.layer_backward(lg, act, Zs[k - 1], Hs[k - 1], params[0]._buf if k == 1 else None, dH_in, dH,
                                W._buf, coords, pairs, n, w_in, w, k == 1, dtype)
