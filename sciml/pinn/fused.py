@@ -41,6 +41,7 @@ from ..autodiff.transforms import jvp, vjp
 from ..kernels import blas as _kblas
 from ..kernels import linalg as LK
 from ..kernels import taylor as TK
+from ..kernels import taylor_gemm as _TG
 from ..kernels.taylor_split import SPLIT_MAX as _SPLIT_MAX
 from . import generic
 from .fused_blocks import _acc_done, _block, _disjoint, _presplit, _split, _unblock  # noqa: F401
@@ -280,18 +281,28 @@ def _forward_impl(x, *params, act, coords, pairs, high=(), jin=False):
     w = W.shape[1]
     rows = S * n if jin else n
     Z = _take(rows * w, dtype)
-    _gemm(x._buf, W._buf, Z, rows, w, d, dtype=dtype)
     H = _take(S * n * w, dtype)
-    _layer_fwd(act, Z, b._buf, W._buf, H, coords, pairs, high, n, w, not jin, dtype, top if L == 2 else None)
+    tk = top if L == 2 else None
+    lg = None if jin or high else _TG.host_lanes(act, d, w, dtype, tk[3] if tk else 0, Z, H)
+    if lg:   # narrow layers on CPU: the GEMM inside the Taylor kernel (kernels/taylor_gemm.py)
+        _TG.layer_forward(lg, act, x._buf, W._buf, b._buf, Z, H, coords, pairs, n, d, w, True, dtype, tk)
+    else:
+        _gemm(x._buf, W._buf, Z, rows, w, d, dtype=dtype)
+        _layer_fwd(act, Z, b._buf, W._buf, H, coords, pairs, high, n, w, not jin, dtype, tk)
     Zs, Hs = [Z], [H]
     for k in range(1, L - 1):
         W, b = params[2 * k], params[2 * k + 1]
         w_in, w = w, W.shape[1]
         Z = _take(S * n * w, dtype)
-        _gemm(H, W._buf, Z, S * n, w, w_in, dtype=dtype)
-        H = _take(S * n * w, dtype)
-        _layer_fwd(act, Z, b._buf, None, H, coords, pairs, high, n, w, False, dtype,
-                   top if k == L - 2 else None)
+        Hn = _take(S * n * w, dtype)
+        tk = top if k == L - 2 else None
+        lg = None if high else _TG.host_lanes(act, w_in, w, dtype, tk[3] if tk else 0, Z, Hn)
+        if lg:
+            _TG.layer_forward(lg, act, H, W._buf, b._buf, Z, Hn, coords, pairs, n, w_in, w, False, dtype, tk)
+        else:
+            _gemm(H, W._buf, Z, S * n, w, w_in, dtype=dtype)
+            _layer_fwd(act, Z, b._buf, None, Hn, coords, pairs, high, n, w, False, dtype, tk)
+        H = Hn
         Zs.append(Z)
         Hs.append(H)
     key = id(out)
@@ -400,21 +411,31 @@ def _adjoint_impl(g, fout, x, *params, act, coords, pairs, want_x, high=(), jin=
     _flush(dfr, dtype)
     top = (G, W._buf, o)   # dH = G W_L^T is formed inside the last activation layer's adjoint kernel
     dH = _take(S * n * w, dtype)
+    done = False   # dH already holds the cotangents of layer k's z (its adjoint ran fused with dH's GEMM)
     for k in range(L - 2, 0, -1):
         W = params[2 * k]
         w_in, w = W.shape
-        _layer_bwd(act, Zs[k], Hs[k], None, dH, coords, pairs, high, n, w, False, dtype,
-                   top if k == L - 2 else None)
+        if not done:
+            _layer_bwd(act, Zs[k], Hs[k], None, dH, coords, pairs, high, n, w, False, dtype,
+                       top if k == L - 2 else None)
         _gemm(Hs[k - 1], dH, into(base + 2 * k), w_in, w, S * n, ta=True, dtype=dtype, defer=dfr, lvl=0)
         _gemm(ones, dH, into(base + 2 * k + 1), 1, w, n, dtype=dtype, defer=dfr, lvl=2)
         _flush(dfr, dtype)
         dH_in = _take(S * n * w_in, dtype)
-        _gemm(dH, W._buf, dH_in, S * n, w_in, w, tb=True, dtype=dtype)
+        lg = None if jin or high else _TG.host_lanes(act, w_in, w, dtype, -1, Zs[k - 1], Hs[k - 1], dH_in)
+        if lg:   # narrow layers on CPU: layer k-1's adjoint forms its input cotangents dH W_k^T itself
+            _TG.layer_backward(lg, act, Zs[k - 1], Hs[k - 1], params[0]._buf if k == 1 else None, dH_in, dH,
+                               W._buf, coords, pairs, n, w_in, w, k == 1, dtype)
+        else:
+            _gemm(dH, W._buf, dH_in, S * n, w_in, w, tb=True, dtype=dtype)
+        done = bool(lg)
         _give([dH], dtype)
         dH = dH_in
     W = params[0]
     w = W.shape[1]
-    _layer_bwd(act, Zs[0], Hs[0], W._buf, dH, coords, pairs, high, n, w, not jin, dtype, top if L == 2 else None)
+    if not done:
+        _layer_bwd(act, Zs[0], Hs[0], W._buf, dH, coords, pairs, high, n, w, not jin, dtype,
+                   top if L == 2 else None)
     dW1 = region(base)
     if jin:   # input streams: dW1 = X^T dZ over every stream, db1 from the value block, dX = dZ W1^T
         _gemm(x._buf, dH, dW1, d, w, S * n, ta=True, dtype=dtype)

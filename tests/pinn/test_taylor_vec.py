@@ -6,6 +6,7 @@ import pytest
 import sciml as sm
 from sciml import backend
 from sciml.kernels import taylor as TK
+from sciml.kernels import taylor_gemm as TG
 from sciml.kernels import taylor_vec as TV
 from sciml.pinn import fused, generic
 from sciml.testing import check_grads
@@ -36,6 +37,7 @@ def count(monkeypatch):
 
 def _value_and_grads(layers, act, x, derivs, cot, vec, monkeypatch):
     monkeypatch.setattr(TK, "VEC", [vec])
+    monkeypatch.setattr(TG, "ENABLED", [False])   # these layers' own kernels, not the fused GEMM ones
 
     def loss(x, *ps):
         r = fused.mlp_derivatives(_pairs(ps), act, x, derivs)
