@@ -109,3 +109,23 @@ def check_simulation(sim, x0, params=None, controls=None, *, rollout=True, eps=1
             return out
         check_grads(f, args, order=1, modes=("rev",), eps=eps, rtol=rtol, atol=atol, seed=seed)
     return report
+
+
+def flat_mlp_loss(x, y, sizes):
+    """``th -> mean((mlp(x) - y)**2)`` for a tanh MLP of layer ``sizes`` whose weights and biases
+    are slices of one flat vector ``th`` (each layer: an (in, out) weight, then the bias), the
+    shape of a dense-Hessian test (W4b). ``x``, ``y``: Tensors (n, sizes[0]) and (n, sizes[-1])."""
+    from .autodiff import ops as _ops
+
+    def f(th):
+        h, k = x, 0
+        for j, (i, o) in enumerate(zip(sizes[:-1], sizes[1:])):
+            w = _ops.reshape(th[k:k + i * o], (i, o))
+            k += i * o
+            h = _ops.matmul(h, w) + th[k:k + o]
+            k += o
+            if j < len(sizes) - 2:
+                h = _ops.tanh(h)
+        e = h - y
+        return (e * e).mean()
+    return f

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import sciml as sm
+from sciml.testing import flat_mlp_loss
 from sciml.autodiff.ops import linalg as OL
 from sciml.testing import check_grads
 
@@ -76,17 +77,7 @@ def test_mlp_hessian_through_both_fused_forms_against_finite_differences(sizes, 
     npar = sum(i * o + o for i, o in zip(sizes[:-1], sizes[1:]))
     x, y = _t(rng, (7, sizes[0])), _t(rng, (7, sizes[-1]))
 
-    def f(th):
-        h, k = x, 0
-        for j, (i, o) in enumerate(zip(sizes[:-1], sizes[1:])):
-            w = sm.reshape(th[k:k + i * o], (i, o))
-            k += i * o
-            h = sm.matmul(h, w) + th[k:k + o]
-            k += o
-            if j < len(sizes) - 2:
-                h = sm.tanh(h)
-        e = h - y
-        return (e * e).mean()
+    f = flat_mlp_loss(x, y, sizes)
     th = rng.standard_normal(npar) * 0.7
     H = sm.hessian(f)(sm.tensor(th)).numpy()
     assert "matmul2" in used and "matmul_tadd" in used

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import sciml as sm
+from sciml.testing import flat_mlp_loss
 from sciml.autodiff.ops import linalg as OL
 
 
@@ -33,27 +34,12 @@ def test_k1_products_equal_the_gemm_form_bit_for_bit(dtype):
             np.testing.assert_array_equal(got, want)
 
 
-def _mlp_loss(sizes, x, y):
-    def f(th):
-        h, k = x, 0
-        for j, (i, o) in enumerate(zip(sizes[:-1], sizes[1:])):
-            w = sm.reshape(th[k:k + i * o], (i, o))
-            k += i * o
-            h = sm.matmul(h, w) + th[k:k + o]
-            k += o
-            if j < len(sizes) - 2:
-                h = sm.tanh(h)
-        e = h - y
-        return (e * e).mean()
-    return f
-
-
 def test_hessian_of_a_1_in_1_out_mlp_against_finite_differences():
     rng = np.random.default_rng(1)
     sizes = (1, 6, 5, 1)
     npar = sum(i * o + o for i, o in zip(sizes[:-1], sizes[1:]))
     x, y = sm.tensor(rng.standard_normal((9, 1))), sm.tensor(rng.standard_normal((9, 1)))
-    f = _mlp_loss(sizes, x, y)
+    f = flat_mlp_loss(x, y, sizes)
     th = rng.standard_normal(npar) * 0.7
     H = sm.hessian(f)(sm.tensor(th)).numpy()
     g = lambda v: sm.grad(f)(sm.tensor(v)).numpy()  # noqa: E731
@@ -75,7 +61,7 @@ def test_third_derivatives_through_k1_products():
     sizes = (1, 3, 1)
     npar = sum(i * o + o for i, o in zip(sizes[:-1], sizes[1:]))
     x, y = sm.tensor(rng.standard_normal((5, 1))), sm.tensor(rng.standard_normal((5, 1)))
-    f = _mlp_loss(sizes, x, y)
+    f = flat_mlp_loss(x, y, sizes)
     th = rng.standard_normal(npar) * 0.8
     T3 = sm.jacfwd(sm.hessian(f))(sm.tensor(th)).numpy()
     Hf = lambda v: sm.hessian(f)(sm.tensor(v)).numpy()  # noqa: E731

@@ -6,26 +6,12 @@ import importlib
 import numpy as np
 
 import sciml as sm
+from sciml.testing import flat_mlp_loss
 from sciml.kernels import blas
 from sciml.kernels import linalg as KL
 
 sm.init(arch="cpu", dtype="float64")
 JM = importlib.import_module("sciml.autodiff.jit")
-
-
-def mlp_loss(x, y, sizes):
-    def f(th):
-        h, k = x, 0
-        for j, (i, o) in enumerate(zip(sizes[:-1], sizes[1:])):
-            w = sm.reshape(th[k:k + i * o], (i, o))
-            k += i * o
-            h = sm.matmul(h, w) + th[k:k + o]
-            k += o
-            if j < len(sizes) - 2:
-                h = sm.tanh(h)
-        e = h - y
-        return (e * e).mean()
-    return f
 
 
 def setup(seed=0):
@@ -34,7 +20,7 @@ def setup(seed=0):
     n = sum(i * o + o for i, o in zip(sizes[:-1], sizes[1:]))
     x = sm.tensor(rng.normal(size=(7, 1)))
     y = sm.tensor(rng.normal(size=(7, 1)))
-    return mlp_loss(x, y, sizes), sm.tensor(rng.normal(size=n) * 0.7), n
+    return flat_mlp_loss(x, y, sizes), sm.tensor(rng.normal(size=n) * 0.7), n
 
 
 def test_jit_hessian_matches_eager_and_finite_differences():

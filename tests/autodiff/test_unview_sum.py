@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import sciml as sm
+from sciml.testing import flat_mlp_loss
 from sciml.autodiff.ops import unview_sum as U
 from sciml.kernels import index as K
 from sciml.testing import check_grads
@@ -25,28 +26,13 @@ def _both(fn):
     return old, fn()
 
 
-def _mlp(sizes, x, y):
-    def f(th):
-        h, k = x, 0
-        for j, (i, o) in enumerate(zip(sizes[:-1], sizes[1:])):
-            w = sm.reshape(th[k:k + i * o], (i, o))
-            k += i * o
-            h = sm.matmul(h, w) + th[k:k + o]
-            k += o
-            if j < len(sizes) - 2:
-                h = sm.tanh(h)
-        e = h - y
-        return (e * e).mean()
-    return f
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_sliced_mlp_grad_and_hessian_bit_for_bit_as_one_unview_per_slice(dtype, monkeypatch):
     rng = np.random.default_rng(0)
     sizes = (3, 16, 16, 2)
     n = sum(i * o + o for i, o in zip(sizes[:-1], sizes[1:]))
     x, y = (sm.tensor(rng.standard_normal(s).astype(dtype), dtype) for s in ((40, 3), (40, 2)))
-    f = _mlp(sizes, x, y)
+    f = flat_mlp_loss(x, y, sizes)
     th = sm.tensor(rng.standard_normal(n).astype(dtype) * 0.5, dtype)
     used = []
     orig = U._usum
@@ -62,7 +48,7 @@ def test_hessian_through_slices_against_finite_differences():
     rng = np.random.default_rng(1)
     sizes = (2, 5, 1)
     n = sum(i * o + o for i, o in zip(sizes[:-1], sizes[1:]))
-    f = _mlp(sizes, sm.tensor(rng.standard_normal((9, 2))), sm.tensor(rng.standard_normal((9, 1))))
+    f = flat_mlp_loss(sm.tensor(rng.standard_normal((9, 2))), sm.tensor(rng.standard_normal((9, 1))), sizes)
     th = rng.standard_normal(n) * 0.7
     H = sm.hessian(f)(sm.tensor(th)).numpy()
     g = lambda v: sm.grad(f)(sm.tensor(v)).numpy()  # noqa: E731
