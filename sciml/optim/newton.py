@@ -135,40 +135,28 @@ class _NewtonCG:
             d[:n] = self._cg_dense64(prob, h, p, r, q, rr, eta, eps3)
             return
         qbuf = np.empty(n, dtype=np.dtype(self.dt))
-        for j in range(self.cg_max):
-            qbuf[:] = q
-            Hq = np.asarray(hvp(qbuf)[:n], dtype=np.float64)
-            self.cg_iters += 1
-            qHq = _seq_sum(q * Hq)
-            if 0 <= qHq <= eps3:                           # zero curvature: keep p
-                if j == 0:
-                    p[:] = q
-                break
-            if qHq < 0:                                    # negative curvature
-                if j == 0:                                 # steepest descent, scaled by |g|^2/|g.Hg|
-                    p = q + (rr / -qHq - 1.0) * q
-                break
-            alpha = rr / qHq
-            p += alpha * q
-            r -= alpha * Hq
-            rr_new = _seq_sum(r * r)
-            if (math.sqrt(rr_new) if self.cg_tol is not None else _seq_sum(np.abs(r))) <= eta:
-                break
-            q *= rr_new / rr
-            q += r                                         # q = r + beta q
-            rr = rr_new
-        d[:n] = p
+
+        def matvec(v):
+            qbuf[:] = v
+            return np.asarray(hvp(qbuf)[:n], dtype=np.float64)
+        d[:n] = self._cg_loop(matvec, p, r, q, rr, eta, eps3)
 
     def _cg_dense64(self, prob, h, p, r, q, rr, eta, eps3):
-        """The loop of :meth:`_direction_host` for a float64 dense H held on the host: the same operations
-        in the same order (so the same bits), with the product ``h @ q`` inline and the temporaries in
-        preallocated buffers: ~10 numpy calls per CG step instead of ~20 (W6: ~8 CG steps per Newton
-        iteration, 1678 in a solve)."""
+        """:meth:`_cg_loop` with a float64 dense H held on the host: the product ``h @ q`` inline (W6: ~8
+        CG steps per Newton iteration, 1678 in a solve)."""
+        def matvec(v):
+            prob.nhvp += 1
+            return h @ v
+        return self._cg_loop(matvec, p, r, q, rr, eta, eps3)
+
+    def _cg_loop(self, matvec, p, r, q, rr, eta, eps3):
+        """The truncated CG loop of :meth:`_direction_host` in float64 numpy, ``matvec(q) -> H q``: sums left
+        to right (``np.add.accumulate``), temporaries in one preallocated buffer (~10 numpy calls per CG
+        step)."""
         acc, mul, tmp = _accumulate, np.multiply, np.empty_like(q)
         tol2 = self.cg_tol is not None
         for j in range(self.cg_max):
-            Hq = h @ q
-            prob.nhvp += 1
+            Hq = matvec(q)
             self.cg_iters += 1
             qHq = float(acc(mul(q, Hq, out=tmp))[-1])
             if 0 <= qHq <= eps3:                           # zero curvature: keep p
