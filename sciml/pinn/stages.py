@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from .. import backend
 from .. import distributed as dist
 from .._log import get_logger
 from . import fused, sampling
@@ -88,8 +89,9 @@ def _gradient(run):
     weights are static (a new trace when an adaptive weighting changes them), and a new ``Loss``
     (resampling) gets a new trace, at its second step. A function that cannot be traced (a
     host read while tracing, a user's own Taichi kernel) runs eagerly, as do a run under MPI (its
-    all-reduce), one whose first (eager) step split a fused GEMM over threads (see
-    ``_probe_split``: large point sets) and ``SCIML_PINN_JIT=0``."""
+    all-reduce), a device arch (Vulkan, CUDA: the fused step is a few grouped launches already,
+    and a replay there relaunches with fresh contexts), one whose first (eager) step split a
+    fused GEMM over threads (see ``_probe_split``: large point sets) and ``SCIML_PINN_JIT=0``."""
     cache = run.__dict__.setdefault("_grad_fn", [None, None])
     if cache[0] is not run.loss:
         cache[:] = [run.loss, _Step(run)]
@@ -108,6 +110,8 @@ class _Step:
             self.why = "SCIML_PINN_JIT=0"
         elif dist.is_distributed():
             self.why = "distributed (the gradient's all-reduce)"
+        elif not backend.on_host():   # devices: the fused step's own launch budget (tests/test_launch_budget.py)
+            self.why = "a device arch (its fused step is already a few grouped launches)"
         self.fn = None
         if self.why is None:
             from ..autodiff.jit import jit
