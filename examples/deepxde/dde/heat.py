@@ -12,7 +12,10 @@ if "SCIML_SEED" in os.environ:   # the benchmark's --seeds: weights (and random 
     dde.config.set_random_seed(int(os.environ["SCIML_SEED"]))
 LB = max(1, ITER * 15000 // 20000)   # DeepXDE's 15000 L-BFGS iterations, cut as the Adam ones
 dde.optimizers.set_LBFGS_options(maxiter=LB)
-dde.optimizers.LBFGS_options.update(iter_per_step=min(1000, LB), fun_per_step=min(1000, LB) * 5 // 4)
+# torch's LBFGS runs iter_per_step iterations per call and DeepXDE calls it until maxiter is reached,
+# so a call size that does not divide LB overshoots (LB = 1500 with 1000 per call ran 2000): split evenly
+PER = LB // -(-LB // 1000)
+dde.optimizers.LBFGS_options.update(iter_per_step=PER, fun_per_step=PER * 5 // 4)
 a = 0.4
 L = 1
 n = 1
