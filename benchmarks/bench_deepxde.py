@@ -37,7 +37,7 @@ PORTS_DIR = os.path.join(ROOT, "examples", "deepxde")
 DOC = os.path.join(ROOT, "docs", "pinn.md")
 BEGIN, END = "<!-- bench_deepxde begin -->", "<!-- bench_deepxde end -->"
 _HARNESS = re.compile(r"os\.environ|perf_counter|^import (os|time)$|RESULT|^wall = |^t0 = "
-                      r"|^LBFGS_STEPS = |^LB = |LBFGS_options")   # + the L-BFGS budget cut with --steps
+                      r"|^LBFGS_STEPS = |^LB = |^PER = |LBFGS_options")   # + the L-BFGS budget cut with --steps
 
 
 def ports():

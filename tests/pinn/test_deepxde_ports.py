@@ -28,6 +28,7 @@ def test_line_counts_and_table(tmp_path):
     f.write_text('"""doc\nstring"""\nimport os\n\nimport numpy as np  # c\n# comment\n'
                  'STEPS = int(os.environ.get("SCIML_STEPS", 5))\nLBFGS_STEPS = STEPS // 2\n'
                  'LB = max(1, STEPS // 2)\ndde.optimizers.set_LBFGS_options(maxiter=LB)\n'
+                 'PER = LB // -(-LB // 1000)\ndde.optimizers.LBFGS_options.update(iter_per_step=PER)\n'
                  'x = 1\nwall = 2\nerr = 3\n')
     assert B.user_lines(str(f)) == 2          # the numpy import and x = 1
     assert len(B.ports()) >= 12
