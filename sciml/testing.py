@@ -129,3 +129,21 @@ def flat_mlp_loss(x, y, sizes):
         e = h - y
         return (e * e).mean()
     return f
+
+
+def random_layers(sizes, seed=0, dtype="float64"):
+    """``[(W, b), ...]`` Tensors of a dense net of layer ``sizes``: W (in, out) standard normal
+    over sqrt(in), b normal with scale 0.3 (non-zero biases, so that tests see them)."""
+    rng = np.random.default_rng(seed)
+    return [(tensor(rng.standard_normal((i, o)) / np.sqrt(i), dtype), tensor(rng.standard_normal(o) * 0.3, dtype))
+            for i, o in zip(sizes[:-1], sizes[1:])]
+
+
+def flatten_layers(layers):
+    """``[(W, b), ...] -> [W, b, ...]``; :func:`pair_layers` is its inverse."""
+    return [t for W, b in layers for t in (W, b)]
+
+
+def pair_layers(ps):
+    """``[W, b, ...] -> [(W, b), ...]``."""
+    return [(ps[2 * k], ps[2 * k + 1]) for k in range(len(ps) // 2)]

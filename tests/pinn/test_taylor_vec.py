@@ -10,19 +10,7 @@ from sciml.kernels import taylor_gemm as TG
 from sciml.kernels import taylor_vec as TV
 from sciml.pinn import fused, generic
 from sciml.testing import check_grads
-
-def _net(sizes, seed=0, dtype="float64"):
-    rng = np.random.default_rng(seed)
-    return [(sm.tensor(rng.standard_normal((i, o)) / np.sqrt(i), dtype), sm.tensor(rng.standard_normal(o) * 0.3, dtype))
-            for i, o in zip(sizes[:-1], sizes[1:])]
-
-
-def _flat(layers):
-    return [t for W, b in layers for t in (W, b)]
-
-
-def _pairs(ps):
-    return [(ps[2 * k], ps[2 * k + 1]) for k in range(len(ps) // 2)]
+from sciml.testing import flatten_layers as _flat, pair_layers as _pairs, random_layers as _net
 
 
 @pytest.fixture
