@@ -208,6 +208,23 @@ class Rectangle(Box):
         return (f"Rectangle(({fmt(self.lo[0])}, {fmt(self.lo[1])}), "
                 f"({fmt(self.hi[0])}, {fmt(self.hi[1])}))")
 
+    def _deepxde_boundary(self, n, rng, method):
+        """DeepXDE's ``Rectangle.random_boundary_points``: one 1-D sample of ``n + 2`` in (0, 1)
+        walked counter-clockwise along the perimeter from ``(x0, y0)`` (bottom, right, top,
+        left), the draws at the corners (x1, y0) and (x0, y1) dropped, the first ``n`` kept."""
+        ext = self.hi - self.lo
+        per = 2.0 * float(ext.sum())
+        l1, l2 = float(ext[0]), float(ext[0] + ext[1])
+        l3 = l2 + l1
+        u = sampling.sample(method, n + 2, 1, rng)[:, 0]
+        near = lambda c: np.isclose(u, c / per, rtol=0.0, atol=1e-6)   # noqa: E731  (DeepXDE: float32 atol)
+        s = u[~near(l1) & ~near(l3)][:n] * per
+        x0, y0 = self.lo
+        x1, y1 = self.hi
+        return np.stack([np.select([s < l1, s < l2, s < l3], [x0 + s, np.full_like(s, x1), x1 - (s - l2)], x0),
+                         np.select([s < l1, s < l2, s < l3], [np.full_like(s, y0), y0 + (s - l1), np.full_like(s, y1)],
+                                   y1 - (s - l3))], axis=1)
+
     def _parts(self):
         return {"left": self._face_mask(0, 0), "right": self._face_mask(0, 1),
                 "bottom": self._face_mask(1, 0), "top": self._face_mask(1, 1),

@@ -174,7 +174,9 @@ class Problem:
         dom = self.domain
         sets = []
         if n_bnd:
-            sets.append(dom.sample_boundary(n_bnd, rng, method))
+            walk = getattr(dom, "_deepxde_boundary", None)    # a Rectangle: DeepXDE's perimeter walk
+            sets.append(walk(n_bnd, rng, method) if walk is not None and method != "grid"
+                        else dom.sample_boundary(n_bnd, rng, method))
         if n_dom:
             sets.append(dom.sample_interior(n_dom, rng, method))
         if n_ini:

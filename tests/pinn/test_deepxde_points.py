@@ -110,3 +110,15 @@ def test_kovasznay_points_pde_on_the_boundary_pool_and_conditions_by_component()
     np.testing.assert_allclose(x[400:403], [[0.25, -0.5 + 2 / 2602], [-0.125, -0.5 + 4 / 2602],
                                             [0.625, -0.5 + 6 / 2602]], rtol=0, atol=1e-12)
     assert np.all(np.abs(pb.domain._sdf(x[:400])) < 1e-12)      # the pool lies on the boundary
+    # the pool: DeepXDE's walk along the perimeter (7 long) from (-0.5, -0.5), counter-clockwise,
+    # of the 1-D Hammersley values 0.5, 0.25, 0.75, ...: 3.5 -> top (1, 1.5), 1.75 -> right,
+    # 5.25 -> left
+    np.testing.assert_allclose(x[:3], [[1.0, 1.5], [1.0, -0.25], [-0.5, 1.25]], rtol=0, atol=1e-12)
+
+
+def test_rectangle_pool_is_deepxdes_points():
+    dde = pytest.importorskip("deepxde")
+    for lo, hi, n in (((-0.5, -0.5), (1, 1.5), 400), ((0, 0), (1, 1), 37), ((-1, 0), (3, 0.5), 100)):
+        want = dde.geometry.Rectangle(list(lo), list(hi)).random_boundary_points(n, random="Hammersley")
+        got = Rectangle(lo, hi)._deepxde_boundary(n, None, "hammersley")
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
