@@ -1,7 +1,7 @@
 """Views of the parts of rnn_layer's packed output (``y[:, -1]``, ``transpose(y)``, ``h[1:]``) are taken as one
 view of the packed output itself (``_rnn_fused._part.flat_slice``, ops/shape.py's ``_slice_base``): the backward
 scatters the view's cotangent straight into the packed cotangent, with no cotangent of the whole part and no
-``rnn_unpart`` repack (1.6 MB per step in bench_nn's LSTM). The values and every gradient equal those of the
+``rnn_unpart`` repack (1.6 MB per step in bench_nn's LSTM). The values and every gradient equal (to rounding) those of the
 unfolded path; finite differences in float64 to second order (both modes); the LSTM model's training step runs
 no repack; Vulkan through vulkan_seq_check.py's ``rnn_views`` op."""
 import numpy as np
@@ -65,8 +65,9 @@ def test_folded_views_equal_the_unfolded_path(kind, bf, dtype, unpart_calls, mon
     monkeypatch.delattr(F._part, "flat_slice")  # the views of the part itself, its cotangent repacked
     want = [f(*args).numpy()] + [g.numpy() for g in sm.vjp(f, *args)[1](u)]
     assert unpart_calls
-    for i, (a, b) in enumerate(zip(got, want)):
-        np.testing.assert_array_equal(a, b, err_msg=f"output {i}")
+    tol = dict(rtol=1e-6, atol=1e-7) if dtype == "float32" else dict(rtol=1e-13, atol=1e-15)
+    for i, (a, b) in enumerate(zip(got, want)):  # to rounding: the vector width (and so the order of the batch
+        np.testing.assert_allclose(a, b, err_msg=f"output {i}", **tol)  # sums) follows the buffers' alignment
 
 
 @pytest.mark.parametrize("kind, bf", [("LSTM", True), ("GRU", False)])
@@ -94,9 +95,9 @@ def test_model_step_runs_no_repack(cls, bidirectional, unpart_calls, monkeypatch
     assert bool(unpart_calls) == bidirectional
     monkeypatch.delattr(F._part, "flat_slice")
     loss2, want = grads()
-    assert loss == loss2
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(a, b)
+    assert abs(loss - loss2) <= 1e-6 * abs(loss)
+    for a, b in zip(got, want):  # to float32 rounding (see above)
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
 def test_folded_views_on_vulkan(tmp_path):
