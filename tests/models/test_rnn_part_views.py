@@ -1,9 +1,9 @@
 """Views of the parts of rnn_layer's packed output (``y[:, -1]``, ``transpose(y)``, ``h[1:]``) are taken as one
 view of the packed output itself (``_rnn_fused._part.flat_slice``, ops/shape.py's ``_slice_base``): the backward
 scatters the view's cotangent straight into the packed cotangent, with no cotangent of the whole part and no
-``rnn_unpart`` repack (1.6 MB per step in bench_nn's LSTM). The values and every gradient equal (to rounding) those of the
-unfolded path; finite differences in float64 to second order (both modes); the LSTM model's training step runs
-no repack; Vulkan through vulkan_seq_check.py's ``rnn_views`` op."""
+``rnn_unpart`` repack (1.6 MB per step in bench_nn's LSTM). The values and every gradient equal (to rounding)
+those of the unfolded path; finite differences in float64 to second order (both modes); the LSTM model's training
+step runs no repack; Vulkan through vulkan_seq_check.py's ``rnn_views`` op."""
 import numpy as np
 import pytest
 
