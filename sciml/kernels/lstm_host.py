@@ -51,6 +51,13 @@ two 512-bit pipes); without FMA (Taichi's JIT forms none, docs/perf.md) that is 
 kernels reach on large GEMMs (109 GFLOP/s on 1024^3), so each recurrent GEMM costs ~7 ms of the step; OpenBLAS
 itself takes 51-64 us per 32 x 512 x 128 step GEMM (60-70 GFLOP/s: the packing), which a per-step BLAS loop
 would spend plus a launch and the cell pass per step.
+
+Tried without gain (2026-11-28, same machine, in-process A/B at load 4-10, thread CPU time): the forward cells of a
+full tile's rows written stage by stage across the rows (4 rows: 2.95 vs 2.53 ms for the cells alone; 2 rows: level),
+the tile rows' guards dropped for a batch that fills the tiles (level), the k loop unrolled 2 or 4 times (9.06 / 9.42
+vs 8.73 ms forward). The step's time against PyTorch's (thread CPU time, load ~5): backward level (15.2 vs 15.2 ms),
+Adam faster (0.45 vs 1.1), the forward 1.8 ms slower (9.8 vs 7.9): the recurrent GEMM without FMA (~6 ms of the
+forward kernel's ~8.5) against oneDNN's FMA kernels.
 """
 from . import _common as C
 from . import _vec as V

@@ -203,6 +203,7 @@ def _unpart_fwd(g, start, total):
 
 _part = Primitive("rnn_part", _part_fwd)          # out = p[start:start + n] viewed as shape
 _unpart = Primitive("rnn_unpart", _unpart_fwd)    # out = zeros(total); out[start:start + n] = g (its transpose)
+_part.flat_slice = lambda params: params["start"]  # a view of a part is one view of p (ops/shape.py: no repack)
 _part.def_vjp(lambda g, p, out, start, shape: (_unpart(g, start=start, total=p.size),))
 _part.def_jvp(lambda ts, p, out, start, shape: _part(ts[0], start=start, shape=shape))
 _unpart.def_vjp(lambda g, x, out, start, total: (_part(g, start=start, shape=x.shape),))

@@ -27,11 +27,11 @@ def _args(kind, T, B, I, H, h0, dtype):
 
 @pytest.fixture
 def dwhh_rows(monkeypatch):
-    """The summed rows (k) of each dW_hh GEMM (m = H, n = NG*H, the left operand transposed)."""
+    """The summed rows (k) of each dW_hh GEMM (dG^T hp: m = NG*H, n = H, the left operand transposed)."""
     seen, f = [], LA.matmul
 
     def spy(a, b, out, batch, m, n, k, ta, tb, *rest):
-        if ta and not tb and n == m * spy.ng:
+        if ta and not tb and m == n * spy.ng:
             seen.append(k)
         return f(a, b, out, batch, m, n, k, ta, tb, *rest)
     monkeypatch.setattr(LA, "matmul", spy)

@@ -48,6 +48,9 @@ def _op(op, kw, extra):
     if op == "rnn":
         from sciml.models._rnn_fused import rnn_layer
         return lambda *t: rnn_layer(*t, **kw)
+    if op == "rnn_views":  # views of rnn_layer's packed parts (test_rnn_part_views.py)
+        from tests.models.test_rnn_part_views import _views
+        return _views(kw["kind"], kw["batch_first"])
     from sciml.models._attn_fused import attention
     mask = extra[0] if kw.get("mask") else None
     drop = extra[-1] if kw.get("dropout") else None

@@ -55,6 +55,16 @@ _unview.def_batched_jvp(lambda ts, x, out, meta, in_shape: _unview(
     ts[0], meta=_batch_meta(meta, ts[0].shape[0], math.prod(in_shape)), in_shape=ts[0].shape[:1] + in_shape))
 
 
+def _slice_base(x):
+    """(base, offset): ``x`` as recorded by a primitive that declares ``flat_slice`` (``params -> offset``: its
+    output is the contiguous ``base.flat[offset:offset + x.size]``, e.g. the parts of ``_rnn_fused``'s packed
+    output), else (x, 0). A view of such an ``x`` is taken as one view of ``base``, so that its cotangent is
+    scattered into base's directly and no full-size cotangent of ``x`` is materialised and repacked."""
+    n = x._node
+    f = getattr(n.prim, "flat_slice", None) if n is not None else None
+    return (n.inputs[0], f(n.params)) if f is not None else (x, 0)
+
+
 def transpose(x, axes=None):
     """Permute axes (reverse them when ``axes`` is None), like numpy.transpose."""
     x = as_tensor(x)
@@ -76,7 +86,8 @@ def transpose(x, axes=None):
     if [s for s in x.shape if s != 1] == [s for s in shape if s != 1] and \
             [a for a in axes if x.shape[a] != 1] == sorted(a for a in axes if x.shape[a] != 1):
         return reshape(x, shape)  # only size-1 axes move: no data movement
-    return _view(x, meta=K.view_meta(0, shape, [st[a] for a in axes]), shape=shape)
+    x, off = _slice_base(x)
+    return _view(x, meta=K.view_meta(off, shape, [st[a] for a in axes]), shape=shape)
 
 
 def _axis_list(name, arg, a, ndim):
@@ -154,7 +165,8 @@ def getitem(x, idx):
         return x
     if math.prod(shape) == x.size and offset == 0:
         return reshape(x, shape)
-    return _view(x, meta=K.view_meta(offset, shape, strides), shape=shape)
+    x, off = _slice_base(x)
+    return _view(x, meta=K.view_meta(off + offset, shape, strides), shape=shape)
 
 
 import builtins as _b  # noqa: E402
