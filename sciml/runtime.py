@@ -83,6 +83,7 @@ def init(arch: str | None = None, dtype: str | None = None, seed: int | None = N
         if os.environ.get("SCIML_CACHE_DIR"):  # e.g. a fresh dir to measure cold-cache compile times
             kw["offline_cache_file_path"] = os.environ["SCIML_CACHE_DIR"]
         kw.update(taichi_kwargs)
+        from . import _taichi_front; _taichi_front.install()  # noqa: E702 - the front end's error text, memoized
         candidates = ["cuda", "vulkan", "cpu"] if arch == "auto" else [arch]
         used = None
         for cand in candidates:

@@ -39,7 +39,9 @@ class Unsupported(Exception):
 
 class JetTensor(Tensor):
     """The value (this Tensor) and its input derivatives ``coeff(m)`` (None = zero; a Python
-    float = that constant at every point, which costs no launches: x[:, a]'s d/dx_a is 1.0)."""
+    float = that constant at every point, which costs no launches: x[:, a]'s d/dx_a is 1.0).
+    ``_onehot``: for the jet of the points themselves (:func:`variables`), multi-index ->
+    the row every row of that coefficient equals (a host constant, ``e_a``); else None."""
     __slots__ = ("_c", "spec", "_onehot")
 
     @classmethod
@@ -52,7 +54,7 @@ class JetTensor(Tensor):
         j._c = {m: t for m, t in coeffs.items() if t is not None and not (type(t) is float and t == 0.0)}
         j._c[()] = v
         j.spec = spec
-        j._onehot = False
+        j._onehot = None
         return j
 
     def value(self):
@@ -84,15 +86,16 @@ def closure(derivs):
 def variables(x, spec):
     """The points ``x`` (n, d) as a jet: d x / d x_a = e_a, higher coefficients zero."""
     spec = tuple(spec)
-    c = {(): x}
+    c, rows = {(): x}, {}
     d = x.shape[1]
     for m in spec:
         if len(m) == 1:
             e = np.zeros((1, d))
             e[0, m[0]] = 1.0
             c[m] = O.broadcast_to(tensor(e, x.dtype), x.shape)
+            rows[m] = e[0]
     j = JetTensor.of(c, spec)
-    j._onehot = True   # its column slices have constant coefficients (see _linear)
+    j._onehot = rows   # its column slices have constant coefficients (see _linear)
     return j
 
 
@@ -214,25 +217,44 @@ def _bcast(t, shape):
 _SHAPE_ONLY = ("view", "take", "reshape", "broadcast_to", "astype")
 
 
-def _uniform(t):
-    """A float if the host Tensor ``t`` holds one value everywhere (else ``t``)."""
-    from .. import backend
-    if not backend.on_host() or t._node is not None or not t.size:
-        return t
-    a = t.numpy()
-    v = a.flat[0]
-    return float(v) if (a == v).all() else t
+def _row_constant(prim, params, shape, row):
+    """The one value of ``prim`` (a shape-only primitive) applied to the contiguous ``shape``
+    (n, d) Tensor whose every row is the host vector ``row``, as a float; None if the result
+    may hold several values (or none). Decided from the structure alone, never by reading a
+    Tensor: such a coefficient is a constant made by :func:`variables` (no autodiff node, the
+    same values on every call), so the float is exact for every call, traced or replayed."""
+    if len(shape) != 2 or not shape[0] or shape[1] != row.size:
+        return None
+    d = row.size
+    if prim.name == "view":   # out = flat[off + sum_j i_j * stride_j]; flat[k] = row[k % d]
+        meta = params["meta"]
+        off, nd = int(meta[0]), int(meta[1])
+        sizes, strides = meta[2:2 + nd], meta[2 + nd:2 + 2 * nd]
+        if any(int(s) == 0 for s in sizes):
+            return None
+        res = {off % d}
+        for size, st in zip(sizes, strides):   # i * st mod d repeats within d steps
+            res = {(r + i * int(st)) % d for r in res for i in range(min(int(size), d))}
+        vals = {float(row[k]) for k in res}
+    else:   # reshape, broadcast_to, astype, take (of rows): the values of the rows, no others
+        vals = {float(v) for v in row}
+    return vals.pop() if len(vals) == 1 else None
 
 
 def _linear(prim, inputs, params, data):
     """A primitive linear in the inputs at positions ``data`` (others fixed): per coefficient."""
     spec = _spec_of(inputs)
     out = {(): P.apply(prim, tuple(_val(a) for a in inputs), params)}
-    onehot = prim.name in _SHAPE_ONLY and any(_is_jet(a) and a._onehot for a in inputs)
+    rows = inputs[data[0]]._onehot if prim.name in _SHAPE_ONLY and _is_jet(inputs[data[0]]) else None
     for m in spec[1:]:
         cs = [_c(inputs[i], m) for i in data]
         if all(c is None for c in cs):
             continue
+        if rows and m in rows and len(data) == 1 and type(cs[0]) is not float:
+            u = _row_constant(prim, params, inputs[data[0]].shape, rows[m])
+            if u is not None:   # a constant coefficient (x[:, a]'s d/dx_b is 1.0 or 0.0): no launch
+                out[m] = u
+                continue
         if len(cs) == 1 and type(cs[0]) is float and (prim.name in _SHAPE_ONLY or prim.name == "neg"):
             out[m] = -cs[0] if prim.name == "neg" else cs[0]   # a constant stays one
             continue
@@ -240,8 +262,7 @@ def _linear(prim, inputs, params, data):
         for i, c in zip(data, cs):
             args[i] = zeros(inputs[i].shape, inputs[i].dtype) if c is None else _mat(c, inputs[i].shape,
                                                                                    inputs[i].dtype)
-        r = P.apply(prim, tuple(args), params)
-        out[m] = _uniform(r) if onehot else r
+        out[m] = P.apply(prim, tuple(args), params)
     return JetTensor.of(out, spec)
 
 
