@@ -52,6 +52,15 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
 
 def _host_matmul(a, b, out, batch, m, n, k, ta, tb, dtype, accumulate):
     """The CPU BLAS GEMM (a ctypes CBLAS: MKL or OpenBLAS, else numpy's matmul) on flat host buffers."""
+    if batch == 1 and not accumulate and m > 1 and n > 1 and k > 0 and (ta == tb or m != n) and _blas.numpy_same():
+        # numpy's matmul calls the very cblas_?gemm of the ctypes path (numpy's OpenBLAS: the same library
+        # instance, the same arguments) for ~5 us less per call than the ctypes call (issue 18: the skinny PINN
+        # GEMMs, (10000x32)@(32x32), take ~190 us). Not for vectors (numpy: gemv) nor a possible A @ A.T (syrk).
+        mk, kn, mn = m * k, k * n, m * n
+        A = (a if a.size == mk else a[:mk]).reshape((k, m) if ta else (m, k))
+        B = (b if b.size == kn else b[:kn]).reshape((n, k) if tb else (k, n))
+        np.matmul(A.T if ta else A, B.T if tb else B, out=(out if out.size == mn else out[:mn]).reshape(m, n))
+        return
     if _blas.available() and dtype in ("float32", "float64") and m * n * k > 0 \
             and (batch <= 16 or m * n * k >= 1 << 15):  # many tiny GEMMs: numpy's batched loop
         mk, kn, mn = m * k, k * n, m * n
