@@ -12,6 +12,7 @@ import numpy as np
 from . import _common as C
 from .. import backend
 from . import blas as _blas
+from . import skinny_gemm as _skinny
 
 TILE_I, TILE_J = 8, 4  # register tile of C (swept here: 8x4 beat 4x4, 4x8, 8x8, 6x8, 4x12)
 DEVICE_MAX_K = 2048
@@ -27,6 +28,11 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
     if use_blas is None:
         use_blas = backend.on_host()
     if use_blas:
+        if _skinny.ENABLED[0] and batch == 1 and backend.on_host():  # opt-in: skinny float32 products (skinny_gemm.py)
+            L = _skinny.lanes(m, n, k, ta, tb, dtype, accumulate, out)
+            if L is not None:
+                _skinny.matmul(a, b, out, m, n, k, L, _blas.get_threads() == 1)
+                return
         if C.TRACE[0] is not None and _blas.get_threads() == 1 and REPLAY_ONE_THREAD:
             # traced inside a single-threaded block (a batched-tangent pass runs its many small GEMMs on one
             # thread): the replay must too, or its GEMMs take the process-wide count (W4b replay under load

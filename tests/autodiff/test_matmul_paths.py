@@ -78,3 +78,38 @@ def test_2d_shortcut_errors_and_gradients():
     gA, gB = sm.grad(lambda A, B: (A @ B).sum(), argnums=(0, 1))(sm.tensor(An), sm.tensor(Bn))
     np.testing.assert_allclose(gA.numpy(), np.ones((5, 3)) @ Bn.T, rtol=1e-13)
     np.testing.assert_allclose(gB.numpy(), An.T @ np.ones((5, 3)), rtol=1e-13)
+
+
+@pytest.mark.parametrize("m,k,n", [(10000, 32, 32), (1030, 32, 64), (2048, 17, 32), (4099, 64, 16)])
+def test_skinny_kernel_matches_numpy_and_is_split_independent(monkeypatch, m, k, n):
+    """The opt-in skinny float32 kernel (SCIML_SKINNY_GEMM=1): close to float64 numpy, and the serial and the
+    parallel compilations give the same bits (the sum over k per lane in one order)."""
+    from sciml import backend
+    from sciml.kernels import _vec as V
+    from sciml.kernels import skinny_gemm as SK
+    if V.wide("float32") < 16 or n % V.wide("float32"):
+        pytest.skip("the skinny kernel runs on AVX-512 hosts only")
+    monkeypatch.setattr(SK, "ENABLED", [True])
+    rng = np.random.default_rng(m)
+    an, wn = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    a, w = backend.from_numpy(an.ravel(), "float32"), np.ascontiguousarray(wn.ravel())
+    L = SK.lanes(m, n, k, False, False, "float32", False, backend.empty(m * n, "float32"))
+    assert L == V.wide("float32")
+    outs = []
+    for serial in (True, False):
+        out = backend.empty(m * n, "float32")
+        SK.matmul(a, w, out, m, n, k, L, serial)
+        outs.append(out)
+    assert np.array_equal(outs[0], outs[1])
+    ref = an.astype(np.float64) @ wn.astype(np.float64)
+    np.testing.assert_allclose(outs[0].reshape(m, n), ref, rtol=0, atol=2e-5 * np.sqrt(k))
+    # through the op, and NaN in a row of A gives NaN in that row of C only
+    an[5, 3] = np.nan
+    r = (sm.tensor(an, "float32") @ sm.tensor(wn, "float32")).numpy()
+    assert np.isnan(r[5]).all() and not np.isnan(np.delete(r, 5, axis=0)).any()
+    # not taken: transposes, accumulation, float64, a width the lanes do not divide
+    out = backend.empty(m * n, "float32")
+    assert SK.lanes(m, n, k, True, False, "float32", False, out) is None
+    assert SK.lanes(m, n, k, False, False, "float32", True, out) is None
+    assert SK.lanes(m, n, k, False, False, "float64", False, out) is None
+    assert SK.lanes(m, 20, k, False, False, "float32", False, out) is None
