@@ -95,7 +95,11 @@ def _numpy_call(a, b, out, batch, m, n, k, ta, tb, accumulate):
     after a large GEMM the interpreter's own data is out of the caches, and each Python step costs several
     times its hot cost; issue 18, the skinny PINN GEMMs). Not for vectors (numpy: gemv) nor a possible A @ A.T
     (numpy: syrk). False: not taken."""
-    if batch != 1 or accumulate or m < 2 or n < 2 or k < 1 or (ta != tb and m == n) or not _blas.numpy_same():
+    if batch != 1 or accumulate or m < 2 or n < 2 or k < 1 or (ta != tb and m == n):
+        return False
+    st = _blas._state  # blas.numpy_same()'s cached answer, read inline (it is checked against the library in use)
+    c = st.get("npsame")
+    if not (c[1] if c is not None and st["checked"] and c[0] is st["lib"] else _blas.numpy_same()):
         return False
     mk, kn, mn = m * k, k * n, m * n
     A = (a if a.size == mk else a[:mk]).reshape((k, m) if ta else (m, k))
