@@ -369,6 +369,17 @@ _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
 BUSY_SINGLE = os.environ.get("SCIML_BUSY_BLAS", "0").strip() == "1"
 
 
+def numpy_same() -> bool:
+    """True when numpy's matmul runs the same GEMM as :func:`gemm` would for a plain (beta = 0) product:
+    the ctypes BLAS is numpy's own OpenBLAS (or there is none) and no split / load rule applies
+    (``kernels/linalg._host_matmul`` then calls numpy's matmul: less Python per call)."""
+    lb = lib()
+    c = _state.get("npsame")
+    if c is None or c[0] is not lb:  # (tests swap the library in _state)
+        c = _state["npsame"] = (lb, (lb is None or lb.sciml_kind == "openblas") and not BUSY_SINGLE)
+    return c[1]
+
+
 def available() -> bool:
     """True when GEMMs go through a ctypes BLAS (MKL or numpy's OpenBLAS), not numpy's matmul."""
     return lib() is not None

@@ -12,6 +12,7 @@ import numpy as np
 from . import _common as C
 from .. import backend
 from . import blas as _blas
+from . import skinny_gemm as _skinny
 
 TILE_I, TILE_J = 8, 4  # register tile of C (swept here: 8x4 beat 4x4, 4x8, 8x8, 6x8, 4x12)
 DEVICE_MAX_K = 2048
@@ -27,6 +28,13 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
     if use_blas is None:
         use_blas = backend.on_host()
     if use_blas:
+        if _skinny.ENABLED[0] and batch == 1 and backend.on_host():  # opt-in: skinny float32 products (skinny_gemm.py)
+            L = _skinny.lanes(m, n, k, ta, tb, dtype, accumulate, out)
+            if L is not None:
+                _skinny.matmul(a, b, out, m, n, k, L, _blas.get_threads() == 1)
+                return
+        if C.TRACE[0] is None and _numpy_call(a, b, out, batch, m, n, k, ta, tb, accumulate):
+            return
         if C.TRACE[0] is not None and _blas.get_threads() == 1 and REPLAY_ONE_THREAD:
             # traced inside a single-threaded block (a batched-tangent pass runs its many small GEMMs on one
             # thread): the replay must too, or its GEMMs take the process-wide count (W4b replay under load
@@ -52,6 +60,8 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
 
 def _host_matmul(a, b, out, batch, m, n, k, ta, tb, dtype, accumulate):
     """The CPU BLAS GEMM (a ctypes CBLAS: MKL or OpenBLAS, else numpy's matmul) on flat host buffers."""
+    if _numpy_call(a, b, out, batch, m, n, k, ta, tb, accumulate):
+        return
     if _blas.available() and dtype in ("float32", "float64") and m * n * k > 0 \
             and (batch <= 16 or m * n * k >= 1 << 15):  # many tiny GEMMs: numpy's batched loop
         mk, kn, mn = m * k, k * n, m * n
@@ -76,6 +86,26 @@ def _host_matmul(a, b, out, batch, m, n, k, ta, tb, dtype, accumulate):
     if tb:
         B = B.transpose(0, 2, 1)
     np.matmul(A, B, out=out[: batch * m * n].reshape(batch, m, n))
+
+
+def _numpy_call(a, b, out, batch, m, n, k, ta, tb, accumulate):
+    """numpy's matmul where it calls the very cblas_?gemm of the ctypes path (numpy's OpenBLAS: the same library
+    instance, the same arguments; tests/autodiff/test_matmul_paths.py checks the bits): ~5 us less per call than
+    the ctypes call, and called straight from ``matmul`` when not tracing (no host_call / _host_matmul frames:
+    after a large GEMM the interpreter's own data is out of the caches, and each Python step costs several
+    times its hot cost; issue 18, the skinny PINN GEMMs). Not for vectors (numpy: gemv) nor a possible A @ A.T
+    (numpy: syrk). False: not taken."""
+    if batch != 1 or accumulate or m < 2 or n < 2 or k < 1 or (ta != tb and m == n):
+        return False
+    st = _blas._state  # blas.numpy_same()'s cached answer, read inline (it is checked against the library in use)
+    c = st.get("npsame")
+    if not (c[1] if c is not None and st["checked"] and c[0] is st["lib"] else _blas.numpy_same()):
+        return False
+    mk, kn, mn = m * k, k * n, m * n
+    A = (a if a.size == mk else a[:mk]).reshape((k, m) if ta else (m, k))
+    B = (b if b.size == kn else b[:kn]).reshape((n, k) if tb else (k, n))
+    np.matmul(A.T if ta else A, B.T if tb else B, out=(out if out.size == mn else out[:mn]).reshape(m, n))
+    return True
 
 
 def _host_matmul_1t(a, b, out, batch, m, n, k, ta, tb, dtype, accumulate):
