@@ -25,7 +25,8 @@ is ignored unless given, and ``max_eval`` may be passed by one, as torch does), 
 ``f(t_i) >= f(t_{i-1})`` from its third trial on, and returns ``t = 0`` (the run stops) when its
 budget ends while extrapolating to a higher loss; stopping on ``max |g| <= gtol``, ``max |t d| <=
 xtol`` and ``|f_k - f_{k+1}| < ftol`` (torch's ``tolerance_grad`` is gtol, its ``tolerance_change``
-is both ftol and xtol).
+is both ftol and xtol). On a device it runs the host-driven loop (a host read per evaluation),
+not the fixed-launch device iteration of the default.
 """
 from __future__ import annotations
 
