@@ -15,6 +15,18 @@ Stopping (each honoured exactly, checked after every iteration):
     max_iter: at most this many iterations (accepted steps);
     max_eval: at most this many loss(+gradient) evaluations, counting the first one.
 The returned point is never worse than the start: a step is accepted only if it lowers the loss.
+
+``compat="torch"`` runs ``torch.optim.LBFGS(line_search_fn="strong_wolfe")``'s iteration instead
+(what DeepXDE's PyTorch backend runs), iterate for iterate: the first step ``min(1, 1/||g||_1) lr``
+(only on the very first iteration; after that ``lr``, also with no pairs stored), a pair kept when
+``s.y > 1e-10`` (absolute), no restart on a non-descent direction (the run stops: reason
+"descent"), a line search whose budget is the evaluations left (``max_eval - nfev + 1``: ``max_ls``
+is ignored unless given, and ``max_eval`` may be passed by one, as torch does), which checks
+``f(t_i) >= f(t_{i-1})`` from its third trial on, and returns ``t = 0`` (the run stops) when its
+budget ends while extrapolating to a higher loss; stopping on ``max |g| <= gtol``, ``max |t d| <=
+xtol`` and ``|f_k - f_{k+1}| < ftol`` (torch's ``tolerance_grad`` is gtol, its ``tolerance_change``
+is both ftol and xtol). On a device it runs the host-driven loop (a host read per evaluation),
+not the fixed-launch device iteration of the default.
 """
 from __future__ import annotations
 
@@ -49,7 +61,9 @@ class _Vec:
         self.out = backend.zeros(5, self.acc)
 
     def read(self):
-        return backend.to_numpy(self.out, (5,), self.acc).astype(float).tolist()[:4]
+        """The first four outputs; all five stay in ``self.last`` (the fifth, sum |b|: torch's first step)."""
+        self.last = backend.to_numpy(self.out, (5,), self.acc).astype(float).tolist()
+        return self.last[:4]
 
     def axpy(self, x, a, d):
         out = backend.empty(self.n, self.dtype)
@@ -74,7 +88,7 @@ def _check_options(where, history, max_iter, max_eval, gtol, ftol, xtol, lr, c1,
 
 
 def lbfgs(loss_fn, params, *, history=10, max_iter=1000, max_eval=None, gtol=1e-7, ftol=1e-12, xtol=1e-12,
-          lr=1.0, c1=1e-4, c2=0.9, max_ls=25, callback=None, jit=False):
+          lr=1.0, c1=1e-4, c2=0.9, max_ls=None, callback=None, jit=False, compat=None):
     """Minimise ``loss_fn(params)`` by L-BFGS with a strong-Wolfe line search.
 
     Args:
@@ -87,11 +101,14 @@ def lbfgs(loss_fn, params, *, history=10, max_iter=1000, max_eval=None, gtol=1e-
         gtol, ftol, xtol: tolerances (see the module docstring); 0 disables one.
         lr: first trial step of each line search (the first iteration uses ``min(1, 1/||g||_2) lr``).
         c1, c2: strong-Wolfe constants.
-        max_ls: evaluations per line search.
+        max_ls: evaluations per line search (default 25; with ``compat="torch"`` the evaluations left).
         callback: ``callback(IterInfo)`` after each iteration; return True to stop.
         jit: evaluate the loss and gradient through :func:`sciml.jit` (traced once, then replayed
             without Python per op: 2-3x less wall time on small problems). ``loss_fn`` must then be
             traceable (no host reads or random draws inside; it warns and runs eagerly otherwise).
+        compat: None (sciml's rules above) or ``"torch"``: ``torch.optim.LBFGS`` with
+            ``line_search_fn="strong_wolfe"`` step for step (see the module docstring); with
+            ``gtol=1e-8, ftol=0, xtol=0, history=100`` it is DeepXDE's (PyTorch backend) L-BFGS.
     Returns:
         :class:`~sciml.optim.result.Result`; ``result.params`` is a pytree shaped like ``params``.
     Raises:
@@ -102,18 +119,25 @@ def lbfgs(loss_fn, params, *, history=10, max_iter=1000, max_eval=None, gtol=1e-
         >>> r = lbfgs(lambda x: (1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2, x0, gtol=1e-8)
         >>> r.params    # ~ Tensor([1., 1.])
     """
-    opts = _options("lbfgs", history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls)
+    opts = _options("lbfgs", history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls, compat)
     prob = Flat(loss_fn, params, "lbfgs", jit=jit)
     return _run(prob, opts, callback, None)[0]
 
 
-def _options(where, history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls):
+def _options(where, history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls, compat=None):
     _check_options(where, history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2)
-    check_positive_int(where, "max_ls", max_ls)
-    if max_eval is None:
-        max_eval = -(-max_iter * 5 // 4)
+    if compat not in (None, "torch"):
+        raise ValueError(f"{where}: compat must be None or 'torch'; got {compat!r}.")
+    torch = compat == "torch"
+    if max_ls is None:
+        max_ls = None if torch else 25
+    else:
+        check_positive_int(where, "max_ls", max_ls)
+    if max_eval is None:   # torch: int(max_iter * 1.25)
+        max_eval = max_iter * 5 // 4 if torch else -(-max_iter * 5 // 4)
     return dict(m=history, max_iter=max_iter, max_eval=int(max_eval), gtol=float(gtol), ftol=float(ftol),
-                xtol=float(xtol), lr=float(lr), c1=float(c1), c2=float(c2), max_ls=max_ls, where=where)
+                xtol=float(xtol), lr=float(lr), c1=float(c1), c2=float(c2), max_ls=max_ls, where=where,
+                torch=torch)
 
 
 class _History:
@@ -128,6 +152,8 @@ class _History:
         self.alpha = backend.zeros(2 * m, self.acc)
         self.slots: list[int] = []
         self.gamma = 1.0
+        self.min_sy = None   # compat="torch": keep a pair when s.y > min_sy (else s.y > 1e-10 y.y)
+        self.started = False  # compat="torch": an iteration has run (torch's first step only before)
         if not backend.on_host():   # the device iteration (_run_device) keeps its state there
             self.st = backend.zeros(m + 1, self.acc)      # rho per slot, gamma
             self.ist = backend.zeros(m + 2, "int32")      # slots oldest first, number used, last slot
@@ -188,7 +214,7 @@ class _History:
                 slot = (slot + 1) % self.m
         K.push_pair(x_new, x, g_new, g, self.S, self.Y, slot, V.out, self.n, self.dt)
         sy, yy, _, s_inf = V.read()
-        if sy > 1e-10 * yy and yy > 0:
+        if (sy > self.min_sy and yy > 0) if self.min_sy is not None else (sy > 1e-10 * yy and yy > 0):
             if len(self.slots) == self.m:
                 self.slots.pop(0)
             self.slots.append(slot)
@@ -202,7 +228,8 @@ def _run(prob, o, callback, hist, make=None):
     Newton-CG: ``hist`` provides the search direction (``ready``, ``reset``, ``first_step``,
     ``direction``, ``push``, ``compatible``) and carries over between calls of a stateful shell;
     ``make(n, dtype)`` builds a new one (default: an L-BFGS history). Returns (Result, hist)."""
-    if make is None and not backend.on_host():
+    tm = o.get("torch", False)
+    if make is None and not backend.on_host() and not tm:   # (compat="torch": this loop, on any arch)
         return _run_device(prob, o, callback, hist)
     where, n, dt = o["where"], prob.n, prob.dtype
     if hist is None or not hist.compatible(n, dt, o):
@@ -211,26 +238,42 @@ def _run(prob, o, callback, hist, make=None):
     x = prob.x0
     f, g = prob.value_and_grad(x)
     prob.check_start(f)
-    gnorm = math.sqrt(V.dots(g, g, g)[2])
+    gg, gmax = (lambda r: (r[2], r[3]))(V.dots(g, g, g))
+    gnorm, gl1 = math.sqrt(gg), (V.last[4] if tm else None)
     if not math.isfinite(gnorm):
         raise FloatingPointError(GRAD_NONFINITE.format(where=where, it=0, f=f))
     it, reason, f_prev = 0, None, None
     gtol, ftol, xtol = o["gtol"], o["ftol"], o["xtol"]
-    if gnorm <= gtol:
+    if tm:
+        hist.min_sy = 1e-10
+    if (gmax if tm else gnorm) <= gtol:
         reason = "gtol"
     while reason is None:
         reason = budget_spent(it, prob, o)
+        if tm and reason == "max_eval" and it == 0:   # torch: a call runs at least one iteration
+            reason = None
         if reason is not None:
             break
         d = backend.empty(n, dt)
-        if hist.ready():
+        if tm:   # torch: -g with min(1, 1/|g|_1) lr on the very first iteration, else the two-loop, lr
+            if hist.started:
+                gtd, d_inf = hist.direction(prob, x, g, d, V)
+                t = o["lr"]
+            else:
+                K.axpy(g, -2.0, g, d, n, dt)
+                gtd, d_inf, t = -gg, gmax, min(1.0, 1.0 / gl1) * o["lr"]
+            hist.started = True
+            if gtd > -ftol:
+                reason = "descent"
+                break
+        elif hist.ready():
             if isinstance(hist, _History):
                 gtd, d_inf = hist.direction(prob, x, g, d, V)
             else:
                 hist.direction(prob, x, g, d)
                 gtd, _, _, d_inf = V.dots(g, d, d)
             t = hist.first_step(gnorm, o["lr"], f, f_prev, gtd)
-        if not hist.ready() or not gtd < 0:          # first step, or not a descent direction: -g
+        if not tm and (not hist.ready() or not gtd < 0):   # first step, or not a descent direction: -g
             hist.reset()
             K.axpy(g, -2.0, g, d, n, dt)
             gtd, _, _, d_inf = V.dots(g, d, d)
@@ -244,19 +287,24 @@ def _run(prob, o, callback, hist, make=None):
             if not math.isfinite(ft):
                 return math.inf, math.inf, None
             finite[0] += 1
-            gtd_t, _, ggt, _ = V.dots(d, gt, d)
-            return ft, gtd_t, (xt, gt, ggt)
+            gtd_t, _, ggt, gmax_t = V.dots(d, gt, d)
+            return ft, gtd_t, (xt, gt, ggt, gmax_t, V.last[4] if tm else None)
 
-        budget = min(o["max_ls"], o["max_eval"] - prob.nfev)
-        t, f_new, _, st, _, _ = strong_wolfe(phi, f, gtd, t, d_inf, c1=o["c1"], c2=o["c2"], max_evals=budget)
-        if st is None or not f_new < f:
+        if tm:   # torch passes max_ls = max_eval - evals and evaluates up to max_ls + 1 times
+            budget = max(1, o["max_eval"] - prob.nfev + 1)
+            budget = budget if o["max_ls"] is None else min(o["max_ls"], budget)
+        else:
+            budget = min(o["max_ls"], o["max_eval"] - prob.nfev)
+        t, f_new, _, st, _, _ = strong_wolfe(phi, f, gtd, t, d_inf, c1=o["c1"], c2=o["c2"], max_evals=budget,
+                                             torch=tm)
+        if st is None or not (f_new <= f if tm else f_new < f):
             if not finite[0]:
                 err = FloatingPointError(ALL_NONFINITE.format(where=where, it=it + 1, f=f))
                 err.result = _result(prob, x, f, gnorm, it, "line_search", o)
                 raise err
             reason = "max_eval" if prob.nfev >= o["max_eval"] else "line_search"
             break
-        x_new, g_new, ggt = st
+        x_new, g_new, ggt, gmax, gl1 = st
         if not math.isfinite(ggt):
             err = FloatingPointError(GRAD_NONFINITE.format(where=where, it=it + 1, f=f_new))
             err.result = _result(prob, x, f, gnorm, it, "line_search", o)
@@ -271,7 +319,16 @@ def _run(prob, o, callback, hist, make=None):
         if callback is not None and callback(IterInfo(it, f, gnorm, t, prob.nfev, lambda x=x: prob.tree(x))):
             reason = "callback"
             break
-        if gnorm <= gtol:
+        if tm:   # torch's order: max_iter, max_eval (at the loop's top), then these
+            if prob.nfev >= o["max_eval"] and it < o["max_iter"]:
+                reason = "max_eval"
+            elif gmax <= gtol:
+                reason = "gtol"
+            elif t * d_inf <= xtol:
+                reason = "xtol"
+            elif abs(f_old - f) < ftol:
+                reason = "ftol"
+        elif gnorm <= gtol:
             reason = "gtol"
         elif abs(f_old - f) <= ftol * max(abs(f_old), abs(f), 1e-300):
             reason = "ftol"
@@ -425,6 +482,7 @@ def _result(prob, x, f, gnorm, it, reason, o):
             "max_iter": f"reached max_iter = {o['max_iter']}",
             "max_eval": f"reached max_eval = {o['max_eval']} evaluations",
             "callback": "the callback asked to stop",
+            "descent": "the search direction is not a descent direction (compat='torch' stops there)",
             "line_search": "the line search found no point with a lower loss (at the limit of precision, "
                            "or the evaluation budget ran out)"}
     return Result(params=prob.tree(x), loss=f, grad_norm=gnorm, iterations=it, nfev=prob.nfev,
@@ -443,8 +501,8 @@ class LBFGS(CurvatureOptimizer):
 
     Args:
         params: ``model.parameters()``, ``model.params()``, a Module, or None (bind later).
-        history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls: as in :func:`lbfgs`
-            (``max_iter`` and ``max_eval`` count per ``step``).
+        history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls, compat: as in
+            :func:`lbfgs` (``max_iter`` and ``max_eval`` count per ``step``, as torch's do).
         callback: ``callback(IterInfo)`` per iteration; return True to stop.
         jit: True: loss and gradient traced by :func:`sciml.jit` and replayed; False: eager, always;
             None (default): eager, except inside :func:`sciml.pinn.solve`, which replays it when the
@@ -456,8 +514,8 @@ class LBFGS(CurvatureOptimizer):
     """
 
     def __init__(self, params=None, *, history=10, max_iter=20, max_eval=None, gtol=1e-7, ftol=1e-12,
-                 xtol=1e-12, lr=1.0, c1=1e-4, c2=0.9, max_ls=25, callback=None, jit=None):
-        self._opts = _options("LBFGS", history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls)
+                 xtol=1e-12, lr=1.0, c1=1e-4, c2=0.9, max_ls=None, callback=None, jit=None, compat=None):
+        self._opts = _options("LBFGS", history, max_iter, max_eval, gtol, ftol, xtol, lr, c1, c2, max_ls, compat)
         self._callback = callback
         # jit=None: eager here; ``sciml.pinn.solve`` may replay it when its first-order step replays
         self._jit_auto, self._jit, self._jit_cache = jit is None, bool(jit), {}
@@ -507,5 +565,6 @@ class LBFGS(CurvatureOptimizer):
         h.rho[:] = np.asarray(arrays["lbfgs.rho"], np.float64)
         h.slots = [int(v) for v in np.asarray(arrays["lbfgs.slots"])]
         h.gamma = float(np.asarray(arrays["lbfgs.gamma"])[0])
+        h.started = bool(h.slots)
         h.upload()
         self._hist = h

@@ -38,7 +38,8 @@ def cubic_min(x1, f1, g1, x2, f2, g2, bounds=None):
     return min(max(t, lo), hi)
 
 
-def strong_wolfe(phi, f0, gtd0, t, d_norm, *, c1=1e-4, c2=0.9, tol_change=1e-9, max_evals=25, state0=None):
+def strong_wolfe(phi, f0, gtd0, t, d_norm, *, c1=1e-4, c2=0.9, tol_change=1e-9, max_evals=25, state0=None,
+                 torch=False):
     """Strong-Wolfe search from step ``t``.
 
     Args:
@@ -48,6 +49,9 @@ def strong_wolfe(phi, f0, gtd0, t, d_norm, *, c1=1e-4, c2=0.9, tol_change=1e-9, 
         d_norm: max |d|, for the interval-width stopping test ``|t_hi - t_lo| * d_norm < tol_change``.
         max_evals: evaluation budget (never exceeded; >= 1).
         state0: the state at t = 0 (returned when no step decreased the loss).
+        torch: ``torch.optim.lbfgs._strong_wolfe``'s variant: ``f(t_i) >= f(t_{i-1})`` brackets
+            from the third trial on (Alg. 3.5: the second), and when the budget ends while
+            extrapolating, the lower of t = 0 and the last trial (not the last but one).
     Returns:
         ``(t, f, gtd, state, evals, satisfied)`` for the best bracketed point; ``satisfied`` tells
         whether both Wolfe conditions hold there.
@@ -58,7 +62,7 @@ def strong_wolfe(phi, f0, gtd0, t, d_norm, *, c1=1e-4, c2=0.9, tol_change=1e-9, 
     done = False
     bracket = None
     while evals < max_evals:
-        if f_new > f0 + c1 * t * gtd0 or (evals > 1 and f_new >= f_prev):
+        if f_new > f0 + c1 * t * gtd0 or (evals > (2 if torch else 1) and f_new >= f_prev):
             bracket = [[t_prev, f_prev, gtd_prev, st_prev], [t, f_new, gtd_new, st_new]]
             break
         if abs(gtd_new) <= -c2 * gtd0:
@@ -74,6 +78,10 @@ def strong_wolfe(phi, f0, gtd0, t, d_norm, *, c1=1e-4, c2=0.9, tol_change=1e-9, 
         t = t_next
         f_new, gtd_new, st_new = phi(t)
         evals += 1
+    if bracket is None and torch:   # torch: the bracket [0, t], its lower end
+        if f0 <= f_new:
+            return 0.0, f0, gtd0, state0, evals, False
+        return t, f_new, gtd_new, st_new, evals, f_new <= f0 + c1 * t * gtd0 and abs(gtd_new) <= -c2 * gtd0
     if bracket is None:  # budget spent while extrapolating (or only one evaluation allowed)
         if f_new <= f0 + c1 * t * gtd0 and abs(gtd_new) <= -c2 * gtd0:
             return t, f_new, gtd_new, st_new, evals, True

@@ -174,7 +174,7 @@ def _probe_split(fn, params):
         del t.submit
 
 
-_CONVERGED = ("gtol", "ftol", "xtol", "line_search", "converged")
+_CONVERGED = ("gtol", "ftol", "xtol", "line_search", "converged", "descent")
 
 
 def _curvature_loop(run, si, opt, steps, first, objective, to_loss):
