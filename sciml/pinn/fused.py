@@ -38,6 +38,7 @@ from ..autodiff.ops.reduce import reshape
 from ..autodiff.primitive import Primitive
 from ..autodiff.tensor import zeros
 from ..autodiff.transforms import jvp, vjp
+from ..kernels import _common as C
 from ..kernels import blas as _kblas
 from ..kernels import linalg as LK
 from ..kernels import taylor as TK
@@ -77,23 +78,43 @@ def _gemm(a, b, out, m, n, k, ta=False, tb=False, dtype="float64", batch=1, defe
         return
     blas = _linalg_ops._blas["enabled"]
     if _THREADS.active and batch == 1 and (blas is None or blas):
-        if not ta and m >= SPLIT_MIN:
-            h = m // 2
-            fut = _THREADS.submit(LK.matmul, a[h * k:m * k], b, out[h * n:m * n], 1, m - h, n, k, False, tb, dtype,
-                                  True)
-            LK.matmul(a[:h * k], b, out[:h * n], 1, h, n, k, False, tb, dtype, True)
-            fut.result()
-            return
-        if ta and not tb and k >= SPLIT_MIN:
-            h = k // 2
-            tmp = np.empty(m * n, out.dtype)
-            fut = _THREADS.submit(LK.matmul, a[h * m:k * m], b[h * n:k * n], tmp, 1, m, n, k - h, True, False, dtype,
-                                  True)
-            LK.matmul(a[:h * m], b[:h * n], out, 1, m, n, h, True, False, dtype, True)
-            fut.result()
-            out[:m * n] += tmp
+        if (not ta and m >= SPLIT_MIN) or (ta and not tb and k >= SPLIT_MIN):
+            # one host call (sciml.jit records it whole: a replay runs both halves, the same bits)
+            C.host_call(_split_gemm, a, b, out, m, n, k, ta, tb, dtype)
             return
     LK.matmul(a, b, out, batch, m, n, k, ta, tb, dtype, blas)
+
+
+def _split_gemm(a, b, out, m, n, k, ta, tb, dtype):
+    """The split GEMM of ``_gemm``: the halves of the rows of C (``ta`` False) or of the reduction
+    (``ta``, then C = first half + second half) as two single-threaded BLAS calls, the second on
+    ``_THREADS``' worker thread. Raw host GEMMs (``LK._host_matmul``), not ``LK.matmul``: a replay
+    of sciml.jit runs this whole call, and a traced ``LK.matmul`` on the worker thread would wait
+    for the tracing thread's lock. A replay runs outside ``with _THREADS:``: the BLAS count is set
+    to one thread here (and restored), as inside the fused primitives."""
+    t = _THREADS
+    prev = None
+    if not t.active:
+        prev = t.lib.get_num_threads()
+        if prev != 1:
+            t.lib.set_num_threads(1)
+    try:
+        mm = LK._host_matmul
+        if not ta:
+            h = m // 2
+            fut = t.submit(mm, a[h * k:m * k], b, out[h * n:m * n], 1, m - h, n, k, False, tb, dtype, False)
+            mm(a[:h * k], b, out[:h * n], 1, h, n, k, False, tb, dtype, False)
+            fut.result()
+            return
+        h = k // 2
+        tmp = np.empty(m * n, out.dtype)
+        fut = t.submit(mm, a[h * m:k * m], b[h * n:k * n], tmp, 1, m, n, k - h, True, False, dtype, False)
+        mm(a[:h * m], b[:h * n], out, 1, m, n, h, True, False, dtype, False)
+        fut.result()
+        out[:m * n] += tmp
+    finally:
+        if prev is not None and prev != 1:
+            t.lib.set_num_threads(prev)
 
 
 SPLIT_MIN = 8192   # rows (or reduction length) above which a CPU GEMM is split over two threads

@@ -18,7 +18,7 @@ import numpy as np
 from .. import backend
 from .. import distributed as dist
 from .._log import get_logger
-from . import fused, sampling
+from . import sampling
 from .problem import Batch, Loss
 
 log = get_logger("pinn")
@@ -90,8 +90,7 @@ def _gradient(run):
     (resampling) gets a new trace, at its second step. A function that cannot be traced (a
     host read while tracing, a user's own Taichi kernel) runs eagerly, as do a run under MPI (its
     all-reduce), a device arch (Vulkan, CUDA: the fused step is a few grouped launches already,
-    and a replay there relaunches with fresh contexts), one whose first (eager) step split a
-    fused GEMM over threads (see ``_probe_split``: large point sets) and ``SCIML_PINN_JIT=0``."""
+    and a replay there relaunches with fresh contexts) and ``SCIML_PINN_JIT=0``."""
     cache = run.__dict__.setdefault("_grad_fn", [None, None])
     if cache[0] is not run.loss:
         cache[:] = [run.loss, _Step(run)]
@@ -125,12 +124,9 @@ class _Step:
     def __call__(self, params):
         if self.fn is None:
             return self.eager(params)
-        if not self.probed:   # the first step eagerly: does the fused path split a GEMM?
+        if not self.probed:   # the first step eagerly (it compiles the kernels); traced at the second
             self.probed = True
-            out, split = _probe_split(self.eager, params)
-            if split:
-                self.fn, self.why = None, "the fused path splits its GEMMs over two threads"
-            return out
+            return self.eager(params)
         from ..autodiff.jit import JitError
         try:   # (detached leaves: a bare Parameter, e.g. a PDE coefficient, records a tape node)
             return self.fn(_detached(params), tuple(self.run.w_now()))
@@ -146,32 +142,9 @@ def _detached(tree):
 
 
 def _replayable(run):
-    """True when the first-order step of the current Loss is (or would be) jitted: checked
-    with the eager probe when no first-order step has run on it."""
-    step = _gradient(run)
-    if step.fn is not None and not step.probed:
-        step.probed = True
-        if _probe_split(step.eager, run.params)[1]:
-            step.fn, step.why = None, "the fused path splits its GEMMs over two threads"
-    return step.fn is not None
-
-
-def _probe_split(fn, params):
-    """``(fn(params), split)``: ``split`` when the fused path ran a GEMM as two halves on two
-    threads (large point sets: ``fused.SPLIT_MIN`` rows of points x jet streams). A trace cannot
-    record that (the worker thread would wait for the tracing thread's lock), and there the Python
-    is a small part of a step anyway."""
-    t = fused._THREADS
-    seen = []
-
-    def submit(*a):
-        seen.append(1)
-        return type(t).submit(t, *a)
-    t.submit = submit
-    try:
-        return fn(params), bool(seen)
-    finally:
-        del t.submit
+    """True when the first-order step of the current Loss is (or would be) jitted. (A fused GEMM
+    split over two threads, large point sets, is one recorded host call: ``fused._split_gemm``.)"""
+    return _gradient(run).fn is not None
 
 
 _CONVERGED = ("gtol", "ftol", "xtol", "line_search", "converged", "descent")

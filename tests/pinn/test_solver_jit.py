@@ -135,3 +135,33 @@ def test_output_transform_replayed_same_bits(monkeypatch):
     assert len(la) == 25 and np.array_equal(la.view(np.uint64), lb.view(np.uint64)) and ea == eb
     assert made[0].jitted, made[0].why
     assert made[0].fn.stats["replays"] >= 22 and made[0].fn.stats["eager"] == 0
+
+
+def test_split_gemm_step_replayed_same_bits(monkeypatch):
+    """A fused GEMM split in two halves on two threads (large point sets; here ``SPLIT_MIN``
+    lowered so that 24 points split) is one recorded host call (``fused._split_gemm``): the step
+    replays, the split runs in every replay, and the bits are the eager ones."""
+    from sciml.pinn import fused
+    t = fused._THREADS
+    with t:   # (settles whether this machine splits: two cores and a BLAS whose threads can be set)
+        pass
+    if t.lib is None or not t.enabled:
+        pytest.skip("the fused path does not split GEMMs here (one core, or no BLAS thread control)")
+    monkeypatch.setattr(fused, "SPLIT_MIN", 16)
+    calls = []
+    real = fused._split_gemm
+
+    def spy(*a):
+        calls.append(a[5] >= 16 if a[6] else a[3] >= 16)   # ta: the reduction split, else the rows
+        return real(*a)
+    monkeypatch.setattr(fused, "_split_gemm", spy)
+    la, ba, _ = _run(monkeypatch, False)
+    n_eager = len(calls)
+    assert n_eager >= 30 and all(calls)
+    calls.clear()
+    lb, bb, made = _run(monkeypatch, True)
+    assert np.array_equal(la.view(np.uint64), lb.view(np.uint64)) and np.array_equal(ba, bb)
+    assert made and made[0].jitted, made[0].why
+    assert made[0].fn.stats["replays"] >= 27
+    assert len(calls) >= n_eager   # every replay ran the split calls (and the trace's checking runs)
+    assert not t.active   # a replay's one-thread BLAS setting is its own
