@@ -122,23 +122,18 @@ class _Profile:
         self._mm = LK.matmul
         pc = time.perf_counter
 
-        def mm(*a, **k):
-            t0 = pc()
-            r = self._mm(*a, **k)
-            self.t["gemm"] += pc() - t0
-            self.n["gemm"] += 1
-            return r
-        LK.matmul = mm
+        def timed_gemm(fn):
+            def w(*a, **k):
+                t0 = pc()
+                r = fn(*a, **k)
+                self.t["gemm"] += pc() - t0
+                self.n["gemm"] += 1
+                return r
+            return w
+        LK.matmul = timed_gemm(self._mm)
         from sciml.pinn import fused as F   # a GEMM split over two threads: one host call, not LK.matmul
         self._F, self._split = F, F._split_gemm
-
-        def split(*a, **k):
-            t0 = pc()
-            r = self._split(*a, **k)
-            self.t["gemm"] += pc() - t0
-            self.n["gemm"] += 1
-            return r
-        F._split_gemm = split
+        F._split_gemm = timed_gemm(self._split)
         self._orig_cached = C.cached
         prof = self
 
