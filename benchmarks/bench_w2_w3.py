@@ -131,7 +131,7 @@ class _Profile:
                 return r
             return w
         LK.matmul = timed_gemm(self._mm)
-        from sciml.pinn import fused as F   # a GEMM split over two threads: one host call, not LK.matmul
+        from sciml.pinn import fused_gemm as F  # a GEMM split over two threads: one host call, not LK.matmul
         self._F, self._split = F, F._split_gemm
         F._split_gemm = timed_gemm(self._split)
         self._orig_cached = C.cached

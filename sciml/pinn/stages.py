@@ -143,7 +143,7 @@ def _detached(tree):
 
 def _replayable(run):
     """True when the first-order step of the current Loss is (or would be) jitted. (A fused GEMM
-    split over two threads, large point sets, is one recorded host call: ``fused._split_gemm``.)"""
+    split over two threads, large point sets, is one recorded host call: ``fused_gemm._split_gemm``.)"""
     return _gradient(run).fn is not None
 
 

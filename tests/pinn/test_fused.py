@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import sciml as sm
-from sciml.pinn import fused, generic
+from sciml.pinn import fused, fused_gemm, generic
 from sciml.testing import check_grads
 
 ACTS = [sm.tanh, sm.sin, sm.softplus, sm.gelu]
@@ -69,7 +69,7 @@ def test_fused_equals_generic_values_and_gradients(act):
 
 def test_split_gemms_match_generic(monkeypatch):
     # >= SPLIT_MIN stacked rows: the CPU GEMMs run split over two threads (lowered here)
-    monkeypatch.setattr(fused, "SPLIT_MIN", 64)
+    monkeypatch.setattr(fused_gemm, "SPLIT_MIN", 64)
     calls = []
     submit = fused._THREADS.submit
     monkeypatch.setattr(fused._THREADS, "submit", lambda *a: calls.append(1) or submit(*a))

@@ -139,9 +139,9 @@ def test_output_transform_replayed_same_bits(monkeypatch):
 
 def test_split_gemm_step_replayed_same_bits(monkeypatch):
     """A fused GEMM split in two halves on two threads (large point sets; here ``SPLIT_MIN``
-    lowered so that 24 points split) is one recorded host call (``fused._split_gemm``): the step
+    lowered so that 24 points split) is one recorded host call (``fused_gemm._split_gemm``): the step
     replays, the split runs in every replay, and the bits are the eager ones."""
-    from sciml.pinn import fused
+    from sciml.pinn import fused_gemm as fused
     t = fused._THREADS
     with t:   # (settles whether this machine splits: two cores and a BLAS whose threads can be set)
         pass
