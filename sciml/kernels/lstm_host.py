@@ -58,6 +58,17 @@ the tile rows' guards dropped for a batch that fills the tiles (level), the k lo
 vs 8.73 ms forward). The step's time against PyTorch's (thread CPU time, load ~5): backward level (15.2 vs 15.2 ms),
 Adam faster (0.45 vs 1.1), the forward 1.8 ms slower (9.8 vs 7.9): the recurrent GEMM without FMA (~6 ms of the
 forward kernel's ~8.5) against oneDNN's FMA kernels.
+
+Round 6 (2026-11-28, same VM): a profile of the forward kernel by parts (variants built without the GEMM, without
+the cells: thread CPU time, load 2-4) gave ~6.5 ms for the register tiles, ~1.5-2 ms for the cells, the rest the
+pre-activations' round trip through G; dropping the cells' stores or their divisions changed nothing (the cells
+are latency-bound: Horner chains of 14 dependent operations, ~1.5 cells fit the reorder window). OpenBLAS per
+step is no way out (72-102 us per 32 x 128 x 512 step GEMM on one thread against the tiles' ~66). Now: the tiles'
+inner loops are ``fma_tile.py``'s LLVM bitcode (``llvm.fma`` on the same vectors, same operand layout; linked into
+these kernels by Taichi, compiled by its JIT for the host: 4.2-4.3 vector FMAs per ns, against ~1.9 multiply-add
+pairs per ns before; ``FMA = False``: the Taichi tiles), and the rational tanh's polynomials are Estrin trees
+(``ESTRIN``: 7 dependent operations instead of 14; same float32 accuracy, tests/models/test_lstm_fma.py). Forward
+kernel 8.7 -> 5.9 ms (Estrin 0.3 of it), backward kernel 8.0 -> 5.7 ms (in-process A/B, load ~4).
 """
 from . import _common as C
 from . import _vec as V

@@ -140,3 +140,62 @@ def test_shipped_bitcode_is_the_text(tmp_path):
         pytest.skip("the shipped bitcode was written by llvm-as 14; other versions write other bytes")
     FT._write(str(tmp_path / "t.bc"))
     assert (tmp_path / "t.bc").read_bytes() == open(FT.PATH, "rb").read(), "run python -m sciml.kernels.fma_tile"
+
+
+def _act_kernel(estrin):
+    """out = (tanh(x), sigmoid(x), sigmoid(x), tanh(x), sigmoid(x)) of the kernels' rational forms (``_rational``,
+    ``_gates``: the four gates with one division), on 16-lane vectors."""
+    from sciml.kernels import _common as C
+    from sciml.kernels import _vec as V
+    ti = C.ti()
+    prev = LH.ESTRIN
+    LH.ESTRIN = estrin
+    try:
+        P, Q, tanh = LH._rational()
+        gates = LH._gates(P, Q, ti.f32)
+    finally:
+        LH.ESTRIN = prev
+    VT = ti.types.vector(16, ti.f32)
+
+    @ti.kernel
+    def k(x: ti.types.ndarray(dtype=VT, ndim=1), out: ti.types.ndarray(dtype=VT, ndim=1), n: ti.i32):
+        ti.loop_config(serialize=True)
+        for i in range(n):
+            v = x[i]
+            gi, gf, gg, go = gates(v, v, v, v)
+            out[5 * i] = tanh(v)
+            out[5 * i + 1] = gi
+            out[5 * i + 2] = gf
+            out[5 * i + 3] = gg
+            out[5 * i + 4] = go
+    return V.VecLaunch(k, 16)
+
+
+def test_rational_tanh_and_gates_accuracy():
+    """The cells' tanh and sigmoid (Estrin, and Horner as before) against numpy in float64: float32 rounding, NaN
+    stays NaN, +-inf give +-1 / 1, 0 (to 4e-7)."""
+    x = np.concatenate([np.linspace(-12, 12, 1 << 16), np.geomspace(1e-30, 1e-3, 256), -np.geomspace(1e-30, 1e-3, 256),
+                        [0.0, np.inf, -np.inf, np.nan, 7.9, 7.91, -9.5, 20.0, 88.0, 89.0]])
+    x = np.concatenate([x, np.zeros(-len(x) % 16)])
+    xa = _aligned(len(x), np.random.default_rng(0))
+    xa[:] = x
+    x32 = xa.astype(np.float64)
+    t = np.tanh(x32)
+    s = 1 / (1 + np.exp(-x32))
+    err = {}
+    for estrin in (False, True):
+        out = _aligned(5 * len(x), np.random.default_rng(0))
+        n = len(x) // 16
+        _act_kernel(estrin)([xa, out], [xa.ctypes.data, out.ctypes.data], [n, 5 * n], [n])
+        o = out.reshape(n, 5, 16).transpose(1, 0, 2).reshape(5, -1).astype(np.float64)
+        fin = ~np.isnan(x32)
+        for j, ref in enumerate((t, s, s, t, s)):
+            assert np.isnan(o[j][~fin]).all(), (estrin, j)
+            err[estrin, j] = np.abs(o[j][fin] - ref[fin]).max()
+            assert err[estrin, j] < 6e-7, (estrin, j, err[estrin, j])  # measured 1.8-4.2e-7: a few float32 ulps
+        small = fin & (np.abs(x32) < 1e-3)  # relative accuracy where tanh is tiny
+        np.testing.assert_allclose(o[0][small], t[small], rtol=3e-7, atol=0)
+        for j, lo, hi in ((0, -1, 1), (1, 0, 1), (3, -1, 1)):  # the clamp: +-inf as +-7.9 (1 - P/Q ~ 2e-7)
+            assert abs(o[j][x32 == np.inf][0] - hi) < 4e-7 and abs(o[j][x32 == -np.inf][0] - lo) < 4e-7
+    for j in range(5):  # Estrin no worse than Horner beyond rounding
+        assert err[True, j] <= 1.5 * err[False, j] + 1e-7, (j, err[True, j], err[False, j])
