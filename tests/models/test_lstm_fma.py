@@ -199,3 +199,26 @@ def test_rational_tanh_and_gates_accuracy():
             assert abs(o[j][x32 == np.inf][0] - hi) < 4e-7 and abs(o[j][x32 == -np.inf][0] - lo) < 4e-7
     for j in range(5):  # Estrin no worse than Horner beyond rounding
         assert err[True, j] <= 1.5 * err[False, j] + 1e-7, (j, err[True, j], err[False, j])
+
+
+def test_fma_tiles_under_jit_replay_as_eager(used):
+    """sciml.jit replays the recorded launches with new inputs: the tiles' operand addresses (kernel scalars) point
+    into buffers made inside the layer (gate blocks, saved states, gate cotangents), which a replay reuses."""
+    from sciml.models import LSTM
+    r = np.random.default_rng(5)
+    m = LSTM(1, 128, batch_first=True, dtype="float32", seed=4)
+
+    def loss(p, x):
+        return (m.apply(p, x)[0][:, -1] ** 2).mean()
+    jitted = sm.jit(sm.value_and_grad(loss), fallback="raise")
+    eager = sm.value_and_grad(loss)
+    p = m.params()
+    for k in range(3):
+        p = {n: v * (1.0 + 0.1 * k) for n, v in p.items()}
+        x = sm.tensor(r.standard_normal((8, 20, 1)), "float32")  # new data each call
+        (v1, g1), (v2, g2) = eager(p, x), jitted(p, x)
+        np.testing.assert_allclose(v2.numpy(), v1.numpy(), rtol=1e-6)
+        for n in g1:
+            np.testing.assert_allclose(g2[n].numpy(), g1[n].numpy(), rtol=1e-5, atol=1e-7, err_msg=n)
+    assert jitted.stats["replays"] >= 1
+    assert any(k[1] == "fwd" and k[-1] for k in used) and any(k[1] == "bwdf" and k[-1] for k in used)
