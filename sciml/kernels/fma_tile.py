@@ -28,6 +28,7 @@ import warnings
 warnings.filterwarnings("ignore", message=r".*Calling non-taichi function .FT\.call", category=SyntaxWarning)
 
 VERSION = 1
+TEXT_SHA256 = "33bfb34e998c5604"  # of module_text(): a test checks it (a new text needs a new VERSION)
 SHAPES = ((16, 4, 4), (8, 2, 4))  # (lanes, rows, gates) of the functions in the module
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fma_tile.bc")
 _LAYOUT = "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-f80:128-n8:16:32:64-S128"
@@ -87,9 +88,13 @@ def module_text():
 
 
 def available():
-    """The bitcode is there (it ships with the package) and the host is x86-64 (its data layout)."""
+    """The bitcode is there (it ships with the package), the host is x86-64 (its data layout) and Taichi is 1.7
+    (``call`` uses its front end's ``insert_external_func_call``)."""
     import platform
-    return platform.machine().lower() in ("x86_64", "amd64") and os.path.exists(PATH)
+
+    import taichi
+    return (platform.machine().lower() in ("x86_64", "amd64") and tuple(taichi.__version__[:2]) == (1, 7)
+            and os.path.exists(PATH))
 
 
 def call(L, R, G, ws, xs, n, s, accs):

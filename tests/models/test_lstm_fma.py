@@ -133,6 +133,14 @@ def test_fma_tiles_propagate_nan(monkeypatch):
     assert np.isnan(out[4]).any()  # dW_hh
 
 
+def test_bitcode_text_is_versioned():
+    """Taichi's offline cache keys a kernel by its IR, which names the tile function (with VERSION), not by the
+    bitcode's contents: a changed text must come with a new VERSION."""
+    import hashlib
+    assert hashlib.sha256(FT.module_text().encode()).hexdigest()[:16] == FT.TEXT_SHA256, \
+        "module_text() changed: bump fma_tile.VERSION, update TEXT_SHA256, run python -m sciml.kernels.fma_tile"
+
+
 @pytest.mark.skipif(shutil.which("llvm-as") is None, reason="llvm-as not installed")
 def test_shipped_bitcode_is_the_text(tmp_path):
     v = subprocess.run(["llvm-as", "--version"], capture_output=True, text=True).stdout
