@@ -58,13 +58,33 @@ the tile rows' guards dropped for a batch that fills the tiles (level), the k lo
 vs 8.73 ms forward). The step's time against PyTorch's (thread CPU time, load ~5): backward level (15.2 vs 15.2 ms),
 Adam faster (0.45 vs 1.1), the forward 1.8 ms slower (9.8 vs 7.9): the recurrent GEMM without FMA (~6 ms of the
 forward kernel's ~8.5) against oneDNN's FMA kernels.
+
+Round 6 (2026-11-28, same VM): a profile of the forward kernel by parts (variants built without the GEMM, without
+the cells: thread CPU time, load 2-4) gave ~6.5 ms for the register tiles, ~1.5-2 ms for the cells, the rest the
+pre-activations' round trip through G; dropping the cells' stores or their divisions changed nothing (the cells
+are latency-bound: Horner chains of 14 dependent operations, ~1.5 cells fit the reorder window). OpenBLAS per
+step is no way out (72-102 us per 32 x 128 x 512 step GEMM on one thread against the tiles' ~66). Now: the tiles'
+inner loops are ``fma_tile.py``'s LLVM bitcode (``llvm.fma`` on the same vectors, same operand layout; linked into
+these kernels by Taichi, compiled by its JIT for the host: 4.2-4.3 vector FMAs per ns, against ~1.9 multiply-add
+pairs per ns before; ``FMA = False``: the Taichi tiles), and the rational tanh's polynomials are Estrin trees
+(``ESTRIN``: 7 dependent operations instead of 14; same float32 accuracy, tests/models/test_lstm_fma.py). Forward
+kernel 8.7 -> 5.9 ms (Estrin 0.3 of it), backward kernel 8.0 -> 5.7 ms (in-process A/B, load ~4).
 """
 from . import _common as C
 from . import _vec as V
+from . import fma_tile as FT
 from . import recurrent as R
 from .. import backend
 
 ENABLED = True  # False: rnn_seq.py's per-step path everywhere (the tests compare the two)
+FMA = True  # the register tiles with fused multiply-adds (fma_tile.py's bitcode) where _fma_ok allows
+ESTRIN = True  # the rational tanh's polynomials as Estrin trees (False: Horner; read when a kernel is built)
+
+
+def _fma_ok(L, R):
+    """The register tiles run as fma_tile.py's bitcode (FMA): switched on, on Taichi's x64 CPU arch, for a
+    shape the bitcode has."""
+    return bool(FMA and (L, R, 4) in FT.SHAPES and backend.on_host() and FT.available())
 
 
 def lanes(ptrs, H):
@@ -94,7 +114,7 @@ def _rational():
         return ti.select(x > c, c, ti.select(x < -c, -c, x))
 
     @ti.func
-    def P(x):
+    def P_horner(x):
         xc = clamp(x)
         x2 = xc * xc
         p = x2 * ti.cast(a13, T) + ti.cast(a11, T)
@@ -106,12 +126,30 @@ def _rational():
         return xc * p
 
     @ti.func
-    def Q(x):
+    def Q_horner(x):
         xc = clamp(x)
         x2 = xc * xc
         q = x2 * ti.cast(b6, T) + ti.cast(b4, T)
         q = x2 * q + ti.cast(b2, T)
         return x2 * q + ti.cast(b0, T)
+
+    @ti.func
+    def P_estrin(x):  # the same sums as a shallower tree: 7 dependent operations after the clamp instead of 14
+        xc = clamp(x)
+        x2 = xc * xc
+        x4 = x2 * x2
+        p01 = x2 * ti.cast(a3, T) + ti.cast(a1, T)
+        p23 = x2 * ti.cast(a7, T) + ti.cast(a5, T)
+        p46 = (x2 * ti.cast(a11, T) + ti.cast(a9, T)) + x4 * ti.cast(a13, T)
+        return xc * ((p01 + x4 * p23) + (x4 * x4) * p46)
+
+    @ti.func
+    def Q_estrin(x):
+        xc = clamp(x)
+        x2 = xc * xc
+        return (x2 * ti.cast(b2, T) + ti.cast(b0, T)) + (x2 * x2) * (x2 * ti.cast(b6, T) + ti.cast(b4, T))
+
+    P, Q = (P_estrin, Q_estrin) if ESTRIN else (P_horner, Q_horner)
 
     @ti.func
     def tanh(x):
@@ -192,10 +230,12 @@ def _build_fwd(L, rank1):
             P[tail + b * hv + jv] = h
             P[tail + B * hv + b * hv + jv] = c
 
+    fma = _fma_ok(L, RB)
+
     @ti.kernel
     def k(G: AG, xs: AX, wih: AW, bias: AB, W0: AW4, W1: AW4, W2: AW4, W3: AW4, Hv: AH, H0: AHs, H1: AHs,
           H2: AHs, H3: AHs, Cv: AC, P: AP, T: ti.i32, B: ti.i32, hv: ti.i32, rev: ti.i32, ybs: ti.i32, yts: ti.i32,
-          tail: ti.i32, z0: ti.i32):
+          tail: ti.i32, z0: ti.i32, aw: ti.i64, ah: ti.i64):
         ti.loop_config(serialize=True)
         for _ in range(1):  # one serial task: the steps run in order
             H = hv * L
@@ -216,14 +256,21 @@ def _build_fwd(L, rank1):
                         acc = [[ti.Vector([0.0] * L, dt=T_) for _g in ti.static(range(4))]
                                for _r in ti.static(range(RB))]
                         wb = jv * H
-                        for kk in range(nk):  # the four gates' sums h_prev W_hh^T of units jv, rows b0..
-                            w = wb + kk  # one index for the four weight and the RB row operands
-                            ws = [W0[w], W1[w], W2[w], W3[w]]
-                            hk = hr + kk
-                            xs4 = [H0[hk], H1[hk], H2[hk], H3[hk]]
-                            for r in ti.static(range(RB)):
-                                for g in ti.static(range(4)):
-                                    acc[r][g] += xs4[r] * ws[g]
+                        if ti.static(fma):  # the same sums with FMA (fma_tile.py): addresses in bytes
+                            wa = [aw + ti.cast((g * hv * H + wb) * L * 4, ti.i64) for g in ti.static(range(4))]
+                            ha = [ah + ti.cast((hr + r * H) * 4, ti.i64) for r in ti.static(range(RB))]
+                            one = 1
+                            FT.call(L, RB, 4, wa, ha, nk, one, [acc[r][g] for r in ti.static(range(RB))
+                                                                for g in ti.static(range(4))])
+                        else:
+                            for kk in range(nk):  # the four gates' sums h_prev W_hh^T of units jv, rows b0..
+                                w = wb + kk  # one index for the four weight and the RB row operands
+                                ws = [W0[w], W1[w], W2[w], W3[w]]
+                                hk = hr + kk
+                                xs4 = [H0[hk], H1[hk], H2[hk], H3[hk]]
+                                for r in ti.static(range(RB)):
+                                    for g in ti.static(range(4)):
+                                        acc[r][g] += xs4[r] * ws[g]
                         # the pre-activations into G first (the gates' slots), then the cells from there: with
                         # the 16 accumulators live through the cells, LLVM spilled them and reloaded every
                         # constant; the input term (input size 1: the rank-1 x_t W_ih^T, else the slot G[t] that
@@ -392,10 +439,12 @@ def _build_bwd_fused(L, rank1):
             if ti.static(rank1):
                 dwih[g * hv + jv] += sw[g]
 
+    fma = _fma_ok(L, RB)
+
     @ti.kernel
     def k(G: AG, Cv: AC, xs: AX, gP: AP, DH: ADH, dc: Adc, dG: AdG, D0: AdGs, D1: AdGs, D2: AdGs, D3: AdGs,
           W0: AW, W1: AW, W2: AW, W3: AW, db: Adb, dwih: Adw, T: ti.i32, B: ti.i32, hv: ti.i32, rev: ti.i32,
-          ybs: ti.i32, yts: ti.i32, tail: ti.i32, need0: ti.i32):
+          ybs: ti.i32, yts: ti.i32, tail: ti.i32, need0: ti.i32, aw: ti.i64, ad: ti.i64):
         ti.loop_config(serialize=True)
         for _ in range(1):  # one serial task: the steps run in order
             z = ti.Vector([0.0] * L, dt=T_)
@@ -432,14 +481,21 @@ def _build_bwd_fused(L, rank1):
                         j0 = jt * NJ
                         acc = [[ti.Vector([0.0] * L, dt=T_) for _j in ti.static(range(NJ))]
                                for _r in ti.static(range(RB))]
-                        for kk in range(H4):
-                            w = kk * hv + j0  # vectors j0 + j of row kk of W_hh: W<j>[w] (past hv: unused)
-                            ws = [W0[w], W1[w], W2[w], W3[w]]
-                            dk = dr + kk
-                            xs4 = [D0[dk], D1[dk], D2[dk], D3[dk]]
-                            for r in ti.static(range(RB)):
-                                for j in ti.static(range(NJ)):
-                                    acc[r][j] += xs4[r] * ws[j]
+                        if ti.static(fma):  # the same sums with FMA (fma_tile.py): addresses in bytes
+                            wa = [aw + ti.cast((j0 + j) * L * 4, ti.i64) for j in ti.static(range(NJ))]
+                            da = [ad + ti.cast((dr + r * H4) * 4, ti.i64) for r in ti.static(range(RB))]
+                            n4, sv = H4, hv  # locals: bitcode arguments are passed by reference
+                            FT.call(L, RB, NJ, wa, da, n4, sv, [acc[r][j] for r in ti.static(range(RB))
+                                                                for j in ti.static(range(NJ))])
+                        else:
+                            for kk in range(H4):
+                                w = kk * hv + j0  # vectors j0 + j of row kk of W_hh: W<j>[w] (past hv: unused)
+                                ws = [W0[w], W1[w], W2[w], W3[w]]
+                                dk = dr + kk
+                                xs4 = [D0[dk], D1[dk], D2[dk], D3[dk]]
+                                for r in ti.static(range(RB)):
+                                    for j in ti.static(range(NJ)):
+                                        acc[r][j] += xs4[r] * ws[j]
                         if q == T:
                             for r in ti.static(range(RB)):
                                 for j in ti.static(range(NJ)):
@@ -495,9 +551,10 @@ def forward(G, X, W_ih, bias, W_hh, Hs, Cs, P, T, B, I, H, reverse, ybs, yts, h0
         W_ih = w
     gates = [W4[g * H * H:(g + 1) * H * H] for g in range(4)]
     rows = [Hs[r * H:] for r in range(4)]  # h_prev's rows b0 + r at one index (Hs has 3 rows of padding)
-    _launch(("lstm_host", "fwd", L, rank1), lambda: _build_fwd(L, rank1), L, _FWD_VEC,
-            [G, X, W_ih, bias, *gates, Hs, *rows, Cs, P], [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv,
-             int(bool(h0_zero))])
+    _launch(("lstm_host", "fwd", L, rank1, ESTRIN, _fma_ok(L, _tile(L))), lambda: _build_fwd(L, rank1), L,
+            _FWD_VEC, [G, X, W_ih, bias, *gates, Hs, *rows, Cs, P], [T, B, hv, int(reverse), ybs // L, yts // L,
+                                                                   T * B * hv, int(bool(h0_zero)), C.address(W4),
+                                                                   C.address(Hs)])
 
 
 def backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, need_h0, L):
@@ -513,10 +570,10 @@ def backward(gP, X, W_hh, G, Cs, dG, T, B, I, H, reverse, ybs, yts, need_h0, L):
     hv = H // L
     scalars = [T, B, hv, int(reverse), ybs // L, yts // L, T * B * hv, int(bool(need_h0))]
     if FUSED_BWD:  # dG has 3 rows of padding (rnn_seq.backward)
-        _launch(("lstm_host", "bwdf", L, rank1), lambda: _build_bwd_fused(L, rank1), L, _BWDF_VEC,
-                [G, Cs, X, gP, DH, dc, dG, *[dG[r * NGH:] for r in range(4)], *[W[j * L:] for j in range(4)], db, dw],
-                scalars)
+        _launch(("lstm_host", "bwdf", L, rank1, ESTRIN, _fma_ok(L, _tile(L))), lambda: _build_bwd_fused(L, rank1),
+                L, _BWDF_VEC, [G, Cs, X, gP, DH, dc, dG, *[dG[r * NGH:] for r in range(4)],
+                               *[W[j * L:] for j in range(4)], db, dw], scalars + [C.address(W), C.address(dG)])
     else:
-        _launch(("lstm_host", "bwd", L, rank1), lambda: _build_bwd(L, rank1), L, _BWD_VEC,
+        _launch(("lstm_host", "bwd", L, rank1, ESTRIN), lambda: _build_bwd(L, rank1), L, _BWD_VEC,
                 [G, Cs, X, gP, DH, dc, dG, dG, W, db, dw], scalars)
     return (DH[:BH] if need_h0 else None), dc[:BH], db[:NGH], (dw[:NGH] if rank1 else None)

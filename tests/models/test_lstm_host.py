@@ -168,6 +168,7 @@ def test_fused_backward_equals_separate_cell_pass(rev, calls, monkeypatch):
     u = np.random.default_rng(2).standard_normal(16 * 7 * 160 + 2 * 7 * 160)
     kw = dict(reverse=rev, batch_first=True)
     got = {}
+    monkeypatch.setattr(LH, "FMA", False)  # the same tile arithmetic both ways (test_fma_tiles: FMA against it)
     for fused in (True, False):
         monkeypatch.setattr(LH, "FUSED_BWD", fused)
         got[fused] = _run(args, kw, sm.tensor(u, "float32"))
