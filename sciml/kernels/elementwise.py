@@ -282,11 +282,13 @@ def exp_funcs(lanes):
         s1, s2 = t, t
         if ti.static(lanes == 1):
             s1, s2 = pow2(t)
-        else:  # lane by lane: vector bit casts abort with real_matrix_scalarize off
-            for u in ti.static(range(lanes)):
-                a, b = pow2(t[u])
-                s1[u] = a
-                s2[u] = b
+        else:  # lane by lane: vector bit casts abort with real_matrix_scalarize off (groups of at most 16:
+            # Taichi warns about static loops longer than its unrolling_limit, 32)
+            for g in ti.static(range(0, lanes, 16)):
+                for u in ti.static(range(g, min(g + 16, lanes))):
+                    a, b = pow2(t[u])
+                    s1[u] = a
+                    s2[u] = b
         return y * s1 * s2
 
     @ti.func
@@ -314,7 +316,7 @@ def exp_funcs(lanes):
         q = x2 * q + ti.cast(b0, f)
         one, sat = ti.cast(1, f), ti.cast(9.0, f)
         r = ti.select(x > sat, one, ti.select(x < -sat, -one, p / q))
-        return ti.select(x * x < ti.cast(1.6e-7, f), x, r)
+        return ti.select(x2 < ti.cast(1.6e-7, f), x, r)  # x2 = x * x where this holds (|x| < 7.9), else >= 62
 
     _EXP_FUNCS[lanes] = d = dict(exp=exp_v, sigmoid=sigmoid_v, tanh=tanh_v)
     return d
@@ -684,7 +686,8 @@ def _unary_lanes(op, x, out, n, dtype, serial):
     if not (x.flags.c_contiguous and out.flags.c_contiguous):
         return False
     px, po = C.address(x), C.address(out)
-    L = V.lanes_for((px, po), dtype) if op in VEC_TRANS else V.mem_lanes_for((px, po), dtype)
+    # compute-bound float32 forms: several of the host's vectors per iteration where aligned for them (_vec.trans_lanes)
+    L = V.trans_lanes_for((px, po), dtype) if op in VEC_TRANS else V.mem_lanes_for((px, po), dtype)
     if L is None:
         return False
     if op not in VEC_TRANS:
