@@ -12,6 +12,7 @@ import math
 
 from . import _common as C
 from . import _vec as V
+from . import _warm as W
 
 _F32_TANH = (4.89352455891786e-03, 6.37261928875436e-04, 1.48572235717979e-05, 5.12229709037114e-08,
              -8.60467152213735e-11, 2.00018790482477e-13, -2.76076847742355e-16,
@@ -692,7 +693,8 @@ def _unary_lanes(op, x, out, n, dtype, serial):
         return False
     if op not in VEC_TRANS:
         L = _fit_lanes(L, n, dtype)
-    serial = serial or C.busy()
+    big = not serial
+    serial = serial or C.busy() or (big and W.cold())  # a lone large launch: serialized unless the pool is warm
     m = n // L
     dyn = not serial and V.DYNAMIC and op in VEC_UNARY
     k = V.cached(("unary_lanes", op, dtype, serial, L, dyn), lambda: _build_unary_lanes(op, dtype, serial, L, dyn),
@@ -710,6 +712,8 @@ def _unary_lanes(op, x, out, n, dtype, serial):
         else:
             k = C.cached(("unary", op, dtype, True), lambda: _build_unary(op, dtype, True))
             k(x[h:n], out[h:n], n - h)
+    if big:
+        W.done(not serial)
     return True
 
 
@@ -720,12 +724,15 @@ def _unary_exact(op, x, out, n, serial):
     if not (x.flags.c_contiguous and out.flags.c_contiguous):
         return False
     ptrs = (C.address(x), C.address(out))
-    serial = serial or C.busy()
+    big = not serial
+    serial = serial or C.busy() or (big and W.cold())
     k = V.cached(("unary_exact", op, serial), lambda: _build_unary_exact(op, serial), 1, exact=True)
     if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
         k.fast(ptrs, (n, n), (n,))
     else:
         k((x, out), ptrs, (n, n), (n,))
+    if big:
+        W.done(not serial)
     return True
 
 
@@ -781,7 +788,8 @@ def _binary_lanes(op, mode, x, y, out, n, dtype, serial):
     if L is None:
         return False
     L = _fit_lanes(L, n, dtype)
-    serial = serial or C.busy()
+    big = not serial
+    serial = serial or C.busy() or (big and W.cold())  # a lone large launch: serialized unless the pool is warm
     m = n // L
     nf, nv = len(front), len(full)
     dyn = not serial and V.DYNAMIC
@@ -802,6 +810,8 @@ def _binary_lanes(op, mode, x, y, out, n, dtype, serial):
         xt = x if mode == "xs" else x[h:n]
         yt = y if mode == "ys" else y[h:n]
         k(xt, yt, out[h:n], n - h)
+    if big:
+        W.done(not serial)
     return True
 
 
