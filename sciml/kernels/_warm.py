@@ -15,7 +15,7 @@ The rule (:func:`cold`): a large launch runs serialized when the pool has not ru
 ``WARM_S`` and the launch does not continue a burst of at least ``BURST`` large launches, each started within
 ``GAP_S`` of the previous one's end. Serial and parallel compilations of these kernels give the same bits
 (tests/test_determinism.py), so this choice changes only the time (docs/perf.md, "Reproducibility").
-``SCIML_POOL_WARM=0`` turns it off (the load rule of ``_common.busy()`` alone, as before); the test suite runs with
+``SCIML_POOL_WARM=0`` turns it off (the load rule of ``_common.busy`` alone, as before); the test suite runs with
 it off (tests/conftest.py) so that which compilation runs never depends on timing, and tests/test_pool_warm.py
 checks the rule itself on a fake clock.
 """
