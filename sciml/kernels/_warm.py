@@ -11,6 +11,12 @@ calls after ~2 ms of numpy work: the first call of each batch meets a cold pool)
 numpy's 699-708, sum 232 vs 317). So a single large op is cheaper serialized unless the pool is already warm, and
 a sequence of large ops (a training step) is cheaper in parallel once it runs.
 
+How long a burst must be: in that quiet run a batch's cold first call cost 1.5-3 ms more than a warm one (844 us
+per call over batches of 3-6 calls against 347 warm), while a warm parallel add saves ~130 us against the serial
+kernel (347 vs ~480 us at load 0.3): entering the pool pays off after about ten large ops, hence ``BURST = 8``.
+These idle costs are inferred from that run, not measured directly (no idle window here since): ``python -m
+benchmarks.bench_core --only breakdown`` prints the cold and warm pool against the serial kernel to check them.
+
 The rule (:func:`cold`): a large launch runs serialized when the pool has not run a launch of these kernels for
 ``WARM_S`` and the launch does not continue a burst of at least ``BURST`` large launches, each started within
 ``GAP_S`` of the previous one's end. Serial and parallel compilations of these kernels give the same bits
@@ -25,7 +31,7 @@ from time import perf_counter
 ON = os.environ.get("SCIML_POOL_WARM", "1").strip() != "0"
 WARM_S = 200e-6  # the pool counts as warm this long after a parallel launch ended (KVM's default halt polling)
 GAP_S = 500e-6  # large launches at most this far apart form a burst
-BURST = 3  # large launches in a burst before the next one goes parallel (it pays the pool's wake-up once)
+BURST = 8  # large launches in a burst before the next one goes parallel (it pays the pool's wake-up once)
 clock = perf_counter
 _st = [-1.0, -1.0, 0]  # end of the last parallel launch, end of the last large launch, large launches in this burst
 
