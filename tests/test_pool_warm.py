@@ -123,3 +123,12 @@ def test_transcendental_maps_several_vectors_per_iteration_same_bits(monkeypatch
     err = np.abs(t[fin].astype(np.float64) - np.tanh(x[fin].astype(np.float64)))
     assert err.max() <= 4e-7, err.max()  # measured 3.9e-7 on [-10, 10] (Eigen's 13/6 rational form, unchanged)
     assert np.abs(t[fin] - np.tanh(x[fin])).max() <= 4e-7  # numpy's float32 tanh: 3.6e-7 measured
+
+
+def test_rule_stays_out_while_jit_traces(clock, monkeypatch):
+    from sciml import backend as B
+    assert W.cold()  # a lone launch, not tracing
+    W.reset()
+    monkeypatch.setattr(B, "TRACE", [object()])  # the list object _warm reads is backend's own
+    monkeypatch.setattr(W, "TRACE", B.TRACE)
+    assert not W.cold()

@@ -23,10 +23,13 @@ The rule (:func:`cold`): a large launch runs serialized when the pool has not ru
 (tests/test_determinism.py), so this choice changes only the time (docs/perf.md, "Reproducibility").
 ``SCIML_POOL_WARM=0`` turns it off (the load rule of ``_common.busy`` alone, as before); the test suite runs with
 it off (tests/conftest.py) so that which compilation runs never depends on timing, and tests/test_pool_warm.py
-checks the rule itself on a fake clock.
+checks the rule itself on a fake clock. While sciml.jit traces, the rule stays out (a replay repeats the traced
+launch, so a sequence replayed in a loop keeps the parallel compilation the load rule picks).
 """
 import os
 from time import perf_counter
+
+from ..backend import TRACE
 
 ON = os.environ.get("SCIML_POOL_WARM", "1").strip() != "0"
 WARM_S = 200e-6  # the pool counts as warm this long after a parallel launch ended (KVM's default halt polling)
@@ -39,7 +42,7 @@ _st = [-1.0, -1.0, 0]  # end of the last parallel launch, end of the last large 
 def cold() -> bool:
     """True if the large launch about to start should run serialized (the pool is cold and no burst is under
     way). Call :func:`done` after the launch."""
-    if not ON:
+    if not ON or TRACE[0] is not None:  # sciml.jit records the launch: its replays repeat that compilation
         return False
     now = clock()
     st = _st
