@@ -11,15 +11,18 @@ calls after ~2 ms of numpy work: the first call of each batch meets a cold pool)
 numpy's 699-708, sum 232 vs 317). So a single large op is cheaper serialized unless the pool is already warm, and
 a sequence of large ops (a training step) is cheaper in parallel once it runs.
 
-How long a burst must be: in that quiet run a batch's cold first call cost 1.5-3 ms more than a warm one (844 us
+When to enter the pool: in that quiet run a batch's cold first call cost 1.5-3 ms more than a warm one (844 us
 per call over batches of 3-6 calls against 347 warm), while a warm parallel add saves ~130 us against the serial
-kernel (347 vs ~480 us at load 0.3): entering the pool pays off after about ten large ops, hence ``BURST = 8``.
-These idle costs are inferred from that run, not measured directly (no idle window here since): ``python -m
-benchmarks.bench_core --only breakdown`` prints the cold and warm pool against the serial kernel to check them.
+kernel (347 vs ~480 us at load 0.3). Not knowing how long a burst of large ops will last, the rule pays the
+wake-up once the burst has spent about that much in serialized large launches (``BUY_S``, the ski-rental rule:
+never more than twice the better choice's time in hindsight). Counting launches instead would switch in the
+middle of batches of cheap sums but not of long maps. These idle costs are inferred from that run, not measured
+directly (no idle window here since): ``python -m benchmarks.bench_core --only breakdown`` prints the cold and
+warm pool against the serial kernel to check them.
 
-The rule (:func:`cold`): a large launch runs serialized when the pool has not run a launch of these kernels for
-``WARM_S`` and the launch does not continue a burst of at least ``BURST`` large launches, each started within
-``GAP_S`` of the previous one's end. Serial and parallel compilations of these kernels give the same bits
+The rule (:func:`cold`): a large launch runs serialized unless the pool ran a launch of these kernels within
+``WARM_S``, or the launch continues a burst (large launches each started within ``GAP_S`` of the previous one's
+end) whose serialized large launches have taken ``BUY_S`` in all. Serial and parallel compilations of these kernels give the same bits
 (tests/test_determinism.py), so this choice changes only the time (docs/perf.md, "Reproducibility").
 ``SCIML_POOL_WARM=0`` turns it off (the load rule of ``_common.busy`` alone, as before); the test suite runs with
 it off (tests/conftest.py) so that which compilation runs never depends on timing, and tests/test_pool_warm.py
@@ -34,31 +37,38 @@ from ..backend import TRACE
 ON = os.environ.get("SCIML_POOL_WARM", "1").strip() != "0"
 WARM_S = 200e-6  # the pool counts as warm this long after a parallel launch ended (KVM's default halt polling)
 GAP_S = 500e-6  # large launches at most this far apart form a burst
-BURST = 8  # large launches in a burst before the next one goes parallel (it pays the pool's wake-up once)
+BUY_S = 3e-3  # serialized time in a burst after which its next large launch wakes the pool (its cold cost, inferred)
 clock = perf_counter
-_st = [-1.0, -1.0, 0]  # end of the last parallel launch, end of the last large launch, large launches in this burst
+# end of the last parallel launch, end of the last large launch, start of the current one, serialized time in this
+# burst
+_st = [-1.0, -1.0, 0.0, 0.0]
 
 
 def cold() -> bool:
-    """True if the large launch about to start should run serialized (the pool is cold and no burst is under
-    way). Call :func:`done` after the launch."""
+    """True if the large launch about to start should run serialized (the pool is cold and the burst has not yet
+    spent BUY_S serialized). Call :func:`done` after the launch."""
     if not ON or TRACE[0] is not None:  # sciml.jit records the launch: its replays repeat that compilation
         return False
     now = clock()
     st = _st
-    st[2] = st[2] + 1 if now - st[1] <= GAP_S else 1
+    if now - st[1] > GAP_S:  # a new burst
+        st[3] = 0.0
+    st[2] = now
     if now - st[0] <= WARM_S:
         return False
-    return st[2] <= BURST
+    return st[3] < BUY_S
 
 
 def done(parallel: bool):
     """Record the end of a large launch (``parallel``: it ran on the pool)."""
     now = clock()
-    _st[1] = now
+    st = _st
+    st[1] = now
     if parallel:
-        _st[0] = now
+        st[0] = now
+    else:
+        st[3] += now - st[2]
 
 
 def reset():
-    _st[:] = [-1.0, -1.0, 0]
+    _st[:] = [-1.0, -1.0, 0.0, 0.0]
