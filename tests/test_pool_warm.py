@@ -111,13 +111,15 @@ def test_maps_and_sum_take_both_paths_same_bits(clock, dt, monkeypatch):
 
 def test_transcendental_maps_several_vectors_per_iteration_same_bits(monkeypatch):
     """float32 tanh / exp / sigmoid run trans_vectors() host vectors per iteration (kernels/_vec.py): the same bits
-    as one vector per iteration, tails and specials included, and tanh within 4e-7 of float64's and numpy's float32 tanh."""
+    as one vector per iteration, tails and specials included; tanh within 4e-7 of float64's and of numpy's float32
+    tanh."""
     from sciml.kernels import _vec as V
     n = 70_000 + 37
     rng = np.random.default_rng(4)
     x = backend.empty(n, "float32")
     x[:] = rng.standard_normal(n) * 5
-    sp = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, 7.9, 7.91, 8.9, 9.0, 9.1, -9.1, 88.7, 89.5, -103.9, -104.5]
+    sp = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, 7.9, 7.91, 8.9, 9.0, 9.1, -9.1, 88.7, 89.5, -103.9,
+          -104.5]
     x[:len(sp)] = sp
     x[-len(sp):] = sp
     got = {}

@@ -22,8 +22,10 @@ warm pool against the serial kernel to check them.
 
 The rule (:func:`cold`): a large launch runs serialized unless the pool ran a launch of these kernels within
 ``WARM_S``, or the launch continues a burst (large launches each started within ``GAP_S`` of the previous one's
-end) whose serialized large launches have taken ``BUY_S`` in all. Serial and parallel compilations of these kernels give the same bits
-(tests/test_determinism.py), so this choice changes only the time (docs/perf.md, "Reproducibility").
+end) whose serialized large launches have taken ``BUY_S`` in all. Serial and parallel compilations of these
+kernels give the same bits (tests/test_determinism.py), so this choice changes only the time (docs/perf.md,
+"Reproducibility"). Not seen by the rule: parallel launches of other kernels (fused, Taylor, conv): a large map
+right after one of them counts as cold (a one-line hook in ``_common.FastLaunch`` could report them).
 ``SCIML_POOL_WARM=0`` turns it off (the load rule of ``_common.busy`` alone, as before); the test suite runs with
 it off (tests/conftest.py) so that which compilation runs never depends on timing, and tests/test_pool_warm.py
 checks the rule itself on a fake clock. While sciml.jit traces, the rule stays out (a replay repeats the traced
