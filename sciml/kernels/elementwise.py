@@ -687,7 +687,7 @@ def _unary_lanes(op, x, out, n, dtype, serial):
     if not (x.flags.c_contiguous and out.flags.c_contiguous):
         return False
     px, po = C.address(x), C.address(out)
-    # compute-bound float32 forms: several of the host's vectors per iteration where aligned for them (_vec.trans_lanes)
+    # compute-bound float32 forms: several host vectors per iteration where aligned for them (_vec.trans_lanes_for)
     L = V.trans_lanes_for((px, po), dtype) if op in VEC_TRANS else V.mem_lanes_for((px, po), dtype)
     if L is None:
         return False
