@@ -96,6 +96,22 @@ def single_ops(sm, T, rounds, n=1_000_000):
         ("tanh(a*b+c), sm.fuse", lambda: f3(a, b, c), lambda: np.tanh(an * bn + cn)),
         ("(a*b+c)*a-b*c, sm.fuse", lambda: fp(a, b, c), lambda: (an * bn + cn) * an - bn * cn),
     ]
+    try:  # the same ops with the warm-pool rule off (kernels/_warm.py): its A/B in the same rounds
+        from sciml.kernels import _warm as W
+
+        def rule_off(f):
+            def g():
+                W.ON = False
+                try:
+                    return f()
+                finally:
+                    W.ON = on
+            return g
+        on = W.ON
+        cases += [(f"{nm}, SCIML_POOL_WARM=0", rule_off(fs), fnp) for nm, fs, fnp in cases
+                  if nm in ("add", "sum", "tanh")] if on else []
+    except ImportError:  # a tree from before the rule
+        pass
     fns = {}
     for name, fs, fnp in cases:
         fns[(name, "s")], fns[(name, "n")] = fs, fnp
@@ -107,6 +123,90 @@ def single_ops(sm, T, rounds, n=1_000_000):
         T.add(group, f"{name} n={tag}", ms, mn,
               note=f"{mn / ms:.2f}x numpy speed (median of {rounds} interleaved rounds); fastest rounds "
                    f"{lo * 1e6:.0f} vs {nlo * 1e6:.0f} us: {nlo / lo:.2f}x")
+
+
+def breakdown(sm, T, rounds, n=1_000_000):
+    """Where one ``a + a`` at n float32 elements spends its time, part by part, each timed in interleaved rounds
+    (medians; one call per timed batch after ~1 ms of numpy work, as in the single-op rows, plus a warm variant):
+    the Python layers (the op minus its kernel call at n = 16), the output allocation (``backend.empty``) and the
+    minor page faults per call (getrusage), the kernel alone on a preallocated output serialized and on Taichi's
+    pool (cold: after the numpy work; warm: right after another launch), the read-back (``.numpy()``: a view on
+    CPU, there is no device sync), and numpy's ``an + an`` / ``np.add(an, an, out=)`` for scale. Thread CPU time is
+    given for the one-thread parts (robust to other load on the machine)."""
+    import resource
+
+    from sciml import backend
+    from sciml.kernels import _common as C
+    from sciml.kernels import elementwise as E
+    try:
+        from sciml.kernels import _warm as W
+    except ImportError:  # a tree from before the warm-pool rule
+        class W:
+            ON = False
+    an = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    a = sm.tensor(an, "float32")
+    x = a._buf
+    o = backend.empty(n, "float32")
+    onp = np.empty(n, np.float32)
+    s16 = sm.tensor(an[:16], "float32")
+    o16 = backend.empty(16, "float32")
+    junk = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    prev = (C.busy, W.ON)
+
+    def kern(serial, warm=False):
+        def f():
+            C.busy = (lambda: True) if serial else (lambda: False)
+            W.ON = False
+            if warm:
+                E.binary_same("add", x, x, o, n, "float32", "float32")
+            t0, c0 = time.perf_counter(), time.thread_time()
+            E.binary_same("add", x, x, o, n, "float32", "float32")
+            return time.perf_counter() - t0, time.thread_time() - c0
+        return f
+
+    def timed(g):
+        def f():
+            t0, c0 = time.perf_counter(), time.thread_time()
+            g()
+            return time.perf_counter() - t0, time.thread_time() - c0
+        return f
+
+    def restore(f):
+        def g():
+            try:
+                return f()
+            finally:
+                C.busy, W.ON = prev
+        return g
+    parts = {
+        "a + a (default policy)": restore(timed(lambda: a + a)),
+        "a + a at n=16 (Python layers + launch)": timed(lambda: s16 + s16),
+        "kernel alone at n=16 (launch)": timed(lambda: E.binary_same("add", s16._buf, s16._buf, o16, 16, "float32",
+                                                                         "float32")),
+        "backend.empty(n) (output allocation)": timed(lambda: backend.empty(n, "float32")),
+        "kernel, serialized, preallocated output": restore(kern(True)),
+        "kernel, Taichi's pool, cold": restore(kern(False)),
+        "kernel, Taichi's pool, warm": restore(kern(False, True)),
+        "a.numpy() (read-back: a copy by design; no device sync on CPU)": timed(lambda: a.numpy()),
+        "numpy an + an": timed(lambda: an + an),
+        "numpy np.add(an, an, out=)": timed(lambda: np.add(an, an, out=onp)),
+    }
+    for f in parts.values():
+        f()
+    got = {k: [] for k in parts}
+    keys = list(parts)
+    flt0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for r in range(rounds):
+        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            junk * 1.5  # ~1 ms of numpy work between timed calls: Taichi's pool goes idle as in the single-op rows
+            got[k].append(parts[k]())
+    flt = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - flt0) / (rounds * len(keys))
+    for k in keys:
+        wall = statistics.median(v[0] for v in got[k])
+        cpu = statistics.median(v[1] for v in got[k])
+        T.add("a + a parts", f"{k}, n={n if 'n=16' not in k else 16}", wall,
+              note=f"thread CPU {cpu * 1e6:.1f} us (median of {rounds} interleaved rounds)"
+              + (f"; minor page faults per call over all parts: {flt:.2f}" if k.startswith("backend.empty") else ""))
 
 
 class Table:
@@ -341,8 +441,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repeats, skip 1024^2")
     p.add_argument("--repeat", type=int, default=15)
-    p.add_argument("--only", choices=("single", "matmul"), help="one group: the single ops / fused chains "
-                   "at 1e6 (issue 18), or the GEMM shapes")
+    p.add_argument("--only", choices=("single", "matmul", "breakdown"), help="one group: the single ops / fused "
+                   "chains at 1e6 (issue 18), the GEMM shapes, or where one 1e6 `a + a` spends its time")
     p.add_argument("--rounds", type=int, default=21, help="interleaved rounds of the single-op group")
     _arch.add_argument(p)
     args = p.parse_args(argv)
@@ -355,6 +455,8 @@ def main(argv=None):
     load0 = os.getloadavg()[0]
     if args.only in (None, "single"):
         single_ops(sm, T, args.rounds)
+    if args.only == "breakdown":
+        breakdown(sm, T, args.rounds)
     if args.only is None:
         overhead(sm, T, repeat)
         elementwise(sm, T, repeat, (10_000, 1_000_000))

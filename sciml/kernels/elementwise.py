@@ -12,6 +12,7 @@ import math
 
 from . import _common as C
 from . import _vec as V
+from . import _warm as W
 
 _F32_TANH = (4.89352455891786e-03, 6.37261928875436e-04, 1.48572235717979e-05, 5.12229709037114e-08,
              -8.60467152213735e-11, 2.00018790482477e-13, -2.76076847742355e-16,
@@ -282,11 +283,13 @@ def exp_funcs(lanes):
         s1, s2 = t, t
         if ti.static(lanes == 1):
             s1, s2 = pow2(t)
-        else:  # lane by lane: vector bit casts abort with real_matrix_scalarize off
-            for u in ti.static(range(lanes)):
-                a, b = pow2(t[u])
-                s1[u] = a
-                s2[u] = b
+        else:  # lane by lane: vector bit casts abort with real_matrix_scalarize off (groups of at most 16:
+            # Taichi warns about static loops longer than its unrolling_limit, 32)
+            for g in ti.static(range(0, lanes, 16)):
+                for u in ti.static(range(g, min(g + 16, lanes))):
+                    a, b = pow2(t[u])
+                    s1[u] = a
+                    s2[u] = b
         return y * s1 * s2
 
     @ti.func
@@ -314,7 +317,7 @@ def exp_funcs(lanes):
         q = x2 * q + ti.cast(b0, f)
         one, sat = ti.cast(1, f), ti.cast(9.0, f)
         r = ti.select(x > sat, one, ti.select(x < -sat, -one, p / q))
-        return ti.select(x * x < ti.cast(1.6e-7, f), x, r)
+        return ti.select(x2 < ti.cast(1.6e-7, f), x, r)  # x2 = x * x where this holds (|x| < 7.9), else >= 62
 
     _EXP_FUNCS[lanes] = d = dict(exp=exp_v, sigmoid=sigmoid_v, tanh=tanh_v)
     return d
@@ -684,12 +687,14 @@ def _unary_lanes(op, x, out, n, dtype, serial):
     if not (x.flags.c_contiguous and out.flags.c_contiguous):
         return False
     px, po = C.address(x), C.address(out)
-    L = V.lanes_for((px, po), dtype) if op in VEC_TRANS else V.mem_lanes_for((px, po), dtype)
+    # compute-bound float32 forms: several host vectors per iteration where aligned for them (_vec.trans_lanes_for)
+    L = V.trans_lanes_for((px, po), dtype) if op in VEC_TRANS else V.mem_lanes_for((px, po), dtype)
     if L is None:
         return False
     if op not in VEC_TRANS:
         L = _fit_lanes(L, n, dtype)
-    serial = serial or C.busy()
+    big = not serial
+    serial = serial or C.busy() or (big and W.cold())  # a lone large launch: serialized unless the pool is warm
     m = n // L
     dyn = not serial and V.DYNAMIC and op in VEC_UNARY
     k = V.cached(("unary_lanes", op, dtype, serial, L, dyn), lambda: _build_unary_lanes(op, dtype, serial, L, dyn),
@@ -707,6 +712,8 @@ def _unary_lanes(op, x, out, n, dtype, serial):
         else:
             k = C.cached(("unary", op, dtype, True), lambda: _build_unary(op, dtype, True))
             k(x[h:n], out[h:n], n - h)
+    if big:
+        W.done(not serial)
     return True
 
 
@@ -717,12 +724,15 @@ def _unary_exact(op, x, out, n, serial):
     if not (x.flags.c_contiguous and out.flags.c_contiguous):
         return False
     ptrs = (C.address(x), C.address(out))
-    serial = serial or C.busy()
+    big = not serial
+    serial = serial or C.busy() or (big and W.cold())
     k = V.cached(("unary_exact", op, serial), lambda: _build_unary_exact(op, serial), 1, exact=True)
     if k.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
         k.fast(ptrs, (n, n), (n,))
     else:
         k((x, out), ptrs, (n, n), (n,))
+    if big:
+        W.done(not serial)
     return True
 
 
@@ -778,7 +788,8 @@ def _binary_lanes(op, mode, x, y, out, n, dtype, serial):
     if L is None:
         return False
     L = _fit_lanes(L, n, dtype)
-    serial = serial or C.busy()
+    big = not serial
+    serial = serial or C.busy() or (big and W.cold())  # a lone large launch: serialized unless the pool is warm
     m = n // L
     nf, nv = len(front), len(full)
     dyn = not serial and V.DYNAMIC
@@ -799,6 +810,8 @@ def _binary_lanes(op, mode, x, y, out, n, dtype, serial):
         xt = x if mode == "xs" else x[h:n]
         yt = y if mode == "ys" else y[h:n]
         k(xt, yt, out[h:n], n - h)
+    if big:
+        W.done(not serial)
     return True
 
 

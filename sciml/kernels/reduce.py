@@ -2,6 +2,7 @@
 import math
 
 from . import _common as C
+from . import _warm as W
 
 CHUNKS = 256
 
@@ -157,7 +158,8 @@ def _sum_flat(x, out, r, dtype):
     m = r // L
     if not m:
         return False
-    serial = C.launch_mode(r, C.CHEAP) or C.busy()
+    big = not C.launch_mode(r, C.CHEAP)
+    serial = not big or C.busy() or W.cold()  # a lone large sum: serialized unless the pool is warm (kernels/_warm.py)
     nch = -(-r // SUM_CHUNK)  # by size only: the same bits serial or parallel
     chunk = -(-m // nch)
     nch = -(-m // chunk)
@@ -168,6 +170,8 @@ def _sum_flat(x, out, r, dtype):
         k.fast(ptrs, counts, scal)
     else:
         k((x, x, part, out), ptrs, counts, scal)
+    if big:
+        W.done(not serial)
     return True
 
 
