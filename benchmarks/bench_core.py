@@ -96,20 +96,20 @@ def single_ops(sm, T, rounds, n=1_000_000):
         ("tanh(a*b+c), sm.fuse", lambda: f3(a, b, c), lambda: np.tanh(an * bn + cn)),
         ("(a*b+c)*a-b*c, sm.fuse", lambda: fp(a, b, c), lambda: (an * bn + cn) * an - bn * cn),
     ]
-    try:  # the same ops with the warm-pool rule off (kernels/_warm.py): its A/B in the same rounds
+    try:  # the same ops with the warm-pool rule flipped (kernels/_warm.py): its A/B in the same rounds
         from sciml.kernels import _warm as W
 
-        def rule_off(f):
+        def flipped(f):
             def g():
-                W.ON = False
+                W.ON = not on
                 try:
                     return f()
                 finally:
                     W.ON = on
             return g
         on = W.ON
-        cases += [(f"{nm}, SCIML_POOL_WARM=0", rule_off(fs), fnp) for nm, fs, fnp in cases
-                  if nm in ("add", "sum", "tanh")] if on else []
+        cases += [(f"{nm}, SCIML_POOL_WARM={0 if on else 1}", flipped(fs), fnp) for nm, fs, fnp in cases
+                  if nm in ("add", "sum", "tanh")]
     except ImportError:  # a tree from before the rule
         pass
     fns = {}
