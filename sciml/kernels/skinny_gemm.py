@@ -20,20 +20,34 @@ accumulation, C 64-byte aligned (sciml's own large buffers are). Devices use the
 """
 import os
 
+from .. import backend
 from . import _common as C
 from . import _vec as V
+from . import fma_tile as FT
 
 ENABLED = [os.environ.get("SCIML_SKINNY_GEMM", "0").strip() == "1"]  # off by default: see the module doc
+# the FMA kernel (fma_tile.py's axpy, RB-row register tiles) where available; SCIML_SKINNY_FMA=0 turns it off
+FMA = [os.environ.get("SCIML_SKINNY_FMA", "1").strip() != "0"]
 MAX_K = 64          # k at most (the sum over k is unrolled)
 MAX_N = 64          # n at most (a row of C in n / L registers)
 MIN_WORK = 1 << 20  # m * n * k at least (below, BLAS's lower call cost wins)
 ROWS = 64           # rows of C per task (W's vectors gathered once per task)
+FMA_ROWS = 256      # rows per task of the FMA kernel (its gather of W is a larger share of a task)
+RB = 4              # rows of the FMA kernel's register tile (RB * n / L independent sums)
+
+
+def fma_ok(dtype="float32") -> bool:
+    """The FMA kernel can run: switched on, float32, Taichi's x64 CPU arch with the bitcode (fma_tile.py)."""
+    return bool(FMA[0] and dtype == "float32" and V.wide(dtype) in FT.AXPY_LANES and backend.on_host()
+                and FT.available())
 
 
 def lanes(m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, accumulate: bool, out):
-    """The lanes of the skinny kernel for this product, or None (BLAS)."""
-    if (not ENABLED[0] or dtype != "float32" or ta or tb or accumulate or k > MAX_K or n > MAX_N
-            or m * n * k < MIN_WORK or not out.flags.c_contiguous):
+    """The lanes of the skinny kernel for this product, or None (BLAS). ``tb`` (C = A W^T, W stored (n, k))
+    with the FMA kernel only."""
+    fma = fma_ok(dtype)
+    if (not (ENABLED[0] or fma) or dtype != "float32" or ta or (tb and not fma) or accumulate or k > MAX_K
+            or n > MAX_N or m * n * k < MIN_WORK or not out.flags.c_contiguous):
         return None
     L = V.wide(dtype)
     if L < 16 or n % L:  # AVX-512 hosts only (measured there); n whole vectors
@@ -43,10 +57,25 @@ def lanes(m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, accumulate: bo
     return L
 
 
-def matmul(a, w, out, m: int, n: int, k: int, L: int, serial: bool):
-    """out[:m*n] = a[:m*k] (m, k) @ w[:k*n] (k, n) (flat float32 buffers; ``lanes`` said yes)."""
-    tasks = (m + ROWS - 1) // ROWS
-    kern = V.cached(("skinny_gemm", k, n, L, serial), lambda: _build(k, n, L, serial), (1, 1, L))
+def run(a, w, out, m: int, n: int, k: int, tb: bool, dtype: str, serial: bool) -> bool:
+    """out = a @ w (``tb``: a @ w^T) with this kernel where :func:`lanes` allows (True), else nothing (False):
+    the hook of ``kernels/linalg.matmul`` and of the fused PINN path's ``_gemm``."""
+    if not backend.on_host():
+        return False
+    L = lanes(m, n, k, False, tb, dtype, False, out)
+    if L is None:
+        return False
+    matmul(a, w, out, m, n, k, L, serial, tb)
+    return True
+
+
+def matmul(a, w, out, m: int, n: int, k: int, L: int, serial: bool, tb: bool = False):
+    """out[:m*n] = a[:m*k] (m, k) @ w[:k*n] (k, n) (``tb``: w (n, k), its transpose) (flat float32 buffers;
+    ``lanes`` said yes)."""
+    fma = fma_ok("float32")
+    R = FMA_ROWS if fma else ROWS
+    tasks = (m + R - 1) // R
+    kern = V.cached(("skinny_gemm", k, n, L, serial, fma, tb), lambda: _build(k, n, L, serial, fma, tb), (1, 1, L))
     ptrs = (C.address(a), C.address(w), C.address(out))
     counts = (m * k, k * n, m * n // L)
     if kern.fast is not None and C.TRACE[0] is None:  # (sciml.jit records the call below)
@@ -55,14 +84,45 @@ def matmul(a, w, out, m: int, n: int, k: int, L: int, serial: bool):
         kern((a, w, out), ptrs, counts, (m, tasks))
 
 
-def _build(K, N, L, serial):
+def _build(K, N, L, serial, fma=False, tb=False):
     ti = C.ti()
+    from taichi.lang.impl import expr_init
     f32 = ti.f32
     NV = N // L
     VT = ti.types.vector(L, f32)
     S = ti.types.ndarray(dtype=f32, ndim=1)
     VA = ti.types.ndarray(dtype=VT, ndim=1)
-    R = ROWS
+    R = FMA_ROWS if fma else ROWS
+
+    if fma:
+        @ti.kernel
+        def kf(a: S, w: S, c: VA, m: ti.i32, tasks: ti.i32):
+            ti.loop_config(serialize=serial)
+            for t in range(tasks):
+                # W's row kk, lanes j L .. j L + L (tb: column kk of the stored (N, K))
+                wv = [expr_init(VT([w[(q % NV * L + u) * K + q // NV] if ti.static(tb) else w[q // NV * N + q % NV * L + u]
+                                    for u in ti.static(range(L))])) for q in ti.static(range(K * NV))]
+                r0 = t * R
+                r1 = ti.min(r0 + R, m)
+                nb = (r1 - r0) // RB
+                for bt in range(nb + r1 - r0 - nb * RB):
+                    # the RB-row register tiles, then the task's last rows one at a time (nr = 1)
+                    for nr in ti.static((RB, 1)):
+                        if (bt < nb) == ti.static(nr == RB):
+                            r = r0 + bt * RB if ti.static(nr == RB) else r0 + nb * RB + bt - nb
+                            acc = [[expr_init(VT(0.0)) for _j in ti.static(range(NV))] for _i in ti.static(range(nr))]
+                            for kk in ti.static(range(K)):  # k in order (the first term a product)
+                                for i in ti.static(range(nr)):
+                                    s = expr_init(a[(r + i) * K + kk])
+                                    for j in ti.static(range(NV)):
+                                        if ti.static(kk == 0):
+                                            acc[i][j] = expr_init(s * wv[j])
+                                        else:
+                                            FT.axpy(L, acc[i][j], s, wv[kk * NV + j])
+                            for i in ti.static(range(nr)):
+                                for j in ti.static(range(NV)):
+                                    c[(r + i) * NV + j] = acc[i][j]
+        return kf
 
     @ti.kernel
     def k(a: S, w: S, c: VA, m: ti.i32, tasks: ti.i32):
