@@ -19,11 +19,15 @@ from BLAS's in the last places (float32). Used only for float32 (float64 keeps B
 accumulation, C 64-byte aligned (sciml's own large buffers are). Devices use the device GEMM.
 """
 import os
+import warnings
 
 from .. import backend
 from . import _common as C
 from . import _vec as V
 from . import fma_tile as FT
+
+# the unrolled sum over k (up to MAX_K terms) is meant: Taichi's compile-time warning is noise here
+warnings.filterwarnings("ignore", message=r"\s*You are unrolling more than", category=SyntaxWarning)
 
 ENABLED = [os.environ.get("SCIML_SKINNY_GEMM", "0").strip() == "1"]  # off by default: see the module doc
 # the FMA kernel (fma_tile.py's axpy, RB-row register tiles) where available; SCIML_SKINNY_FMA=0 turns it off
@@ -33,7 +37,8 @@ MAX_N = 64          # n at most (a row of C in n / L registers)
 MIN_WORK = 1 << 20  # m * n * k at least (below, BLAS's lower call cost wins)
 ROWS = 64           # rows of C per task (W's vectors gathered once per task)
 FMA_ROWS = 256      # rows per task of the FMA kernel (its gather of W is a larger share of a task)
-RB = 4              # rows of the FMA kernel's register tile (RB * n / L independent sums)
+FMA_MAX = 32        # k and n at most for the FMA kernel (measured at 32: 64 x 64 was within 10 % of BLAS, 40 s to compile)
+RB_SUMS = 8         # vector sums per register tile of the FMA kernel: RB = RB_SUMS // (n / L) rows
 
 
 def fma_ok(dtype="float32") -> bool:
@@ -45,7 +50,7 @@ def fma_ok(dtype="float32") -> bool:
 def lanes(m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, accumulate: bool, out):
     """The lanes of the skinny kernel for this product, or None (BLAS). ``tb`` (C = A W^T, W stored (n, k))
     with the FMA kernel only."""
-    fma = fma_ok(dtype)
+    fma = fma_ok(dtype) and k <= FMA_MAX and n <= FMA_MAX
     if (not (ENABLED[0] or fma) or dtype != "float32" or ta or (tb and not fma) or accumulate or k > MAX_K
             or n > MAX_N or m * n * k < MIN_WORK or not out.flags.c_contiguous):
         return None
@@ -69,10 +74,84 @@ def run(a, w, out, m: int, n: int, k: int, tb: bool, dtype: str, serial: bool) -
     return True
 
 
+TN_CHUNK = 1024   # rows of the reduction per task of the weight-gradient kernel (fixed: the bits)
+TN_KB = 8         # rows of C per register tile of that kernel (TN_KB * n / L sums over the chunk's rows)
+TN_MIN_K = 16384  # reduction length at least (at 5,000 numpy's BLAS won)
+
+
+def run_tn(h, g, out, m: int, n: int, k: int, dtype: str, serial: bool) -> bool:
+    """out (m, n) = h^T g with h (k, m), g (k, n) and k long (a layer's weight gradient H^T G) with the FMA
+    kernel where it applies (True), else nothing (False). The reduction runs in fixed chunks of
+    :data:`TN_CHUNK` rows (partial sums, k in order inside a chunk), then the partials are added in chunk order:
+    the same bits whatever the thread split."""
+    if not (backend.on_host() and fma_ok(dtype)) or m > FMA_MAX or n > FMA_MAX or k < TN_MIN_K:
+        return False
+    L = V.wide(dtype)
+    if n % L or V.lanes_for((C.address(g),), dtype) != L:
+        return False
+    tasks = (k + TN_CHUNK - 1) // TN_CHUNK
+    part = backend.aligned_empty(tasks * m * n, dtype)
+    kt = V.cached(("skinny_gemm_tn", m, n, L, serial), lambda: _build_tn(m, n, L, serial), (1, L, L))
+    kr = V.cached(("skinny_gemm_tn_sum", m, n, L), lambda: _build_tn_sum(m, n, L), (L, 1))
+    kt((h, g, part), (C.address(h), C.address(g), C.address(part)), (k * m, k * n // L, tasks * m * n // L),
+       (k, tasks))
+    kr((part, out), (C.address(part), C.address(out)), (tasks * m * n // L, m * n), (tasks,))
+    return True
+
+
+def _build_tn(M, N, L, serial):
+    ti = C.ti()
+    from taichi.lang.impl import expr_init
+    VT = ti.types.vector(L, ti.f32)
+    S = ti.types.ndarray(dtype=ti.f32, ndim=1)
+    VA = ti.types.ndarray(dtype=VT, ndim=1)
+    NV = N // L
+    blocks = [(i0, min(TN_KB, M - i0)) for i0 in range(0, M, TN_KB)]
+
+    @ti.kernel
+    def kt(h: S, g: VA, part: VA, k: ti.i32, tasks: ti.i32):
+        ti.loop_config(serialize=serial)
+        for t in range(tasks):
+            r0 = t * TN_CHUNK
+            r1 = ti.min(r0 + TN_CHUNK, k)
+            for bi in ti.static(range(len(blocks))):
+                i0, nb = ti.static(blocks[bi])
+                acc = [[expr_init(VT(0.0)) for _j in ti.static(range(NV))] for _i in ti.static(range(nb))]
+                for r in range(r0, r1):
+                    gv = [expr_init(g[r * NV + j]) for j in ti.static(range(NV))]
+                    for i in ti.static(range(nb)):
+                        s = expr_init(h[r * M + i0 + i])
+                        for j in ti.static(range(NV)):
+                            FT.axpy(L, acc[i][j], s, gv[j])
+                for i in ti.static(range(nb)):
+                    for j in ti.static(range(NV)):
+                        part[(t * M + i0 + i) * NV + j] = acc[i][j]
+    return kt
+
+
+def _build_tn_sum(M, N, L):
+    ti = C.ti()
+    VT = ti.types.vector(L, ti.f32)
+    S = ti.types.ndarray(dtype=ti.f32, ndim=1)
+    VA = ti.types.ndarray(dtype=VT, ndim=1)
+    E = M * N // L
+
+    @ti.kernel
+    def kr(part: VA, out: S, tasks: ti.i32):
+        ti.loop_config(serialize=True)
+        for e in range(E):
+            v = part[e]
+            for t in range(1, tasks):   # the chunks' partial sums in order
+                v += part[t * E + e]
+            for u in ti.static(range(L)):
+                out[e * L + u] = v[u]
+    return kr
+
+
 def matmul(a, w, out, m: int, n: int, k: int, L: int, serial: bool, tb: bool = False):
     """out[:m*n] = a[:m*k] (m, k) @ w[:k*n] (k, n) (``tb``: w (n, k), its transpose) (flat float32 buffers;
     ``lanes`` said yes)."""
-    fma = fma_ok("float32")
+    fma = fma_ok("float32") and k <= FMA_MAX and n <= FMA_MAX
     R = FMA_ROWS if fma else ROWS
     tasks = (m + R - 1) // R
     kern = V.cached(("skinny_gemm", k, n, L, serial, fma, tb), lambda: _build(k, n, L, serial, fma, tb), (1, 1, L))
@@ -93,6 +172,7 @@ def _build(K, N, L, serial, fma=False, tb=False):
     S = ti.types.ndarray(dtype=f32, ndim=1)
     VA = ti.types.ndarray(dtype=VT, ndim=1)
     R = FMA_ROWS if fma else ROWS
+    RB = max(1, RB_SUMS // NV)   # (more would spill; the compile time grows with RB * NV * K, ~80 s at 16 * 64)
 
     if fma:
         @ti.kernel
