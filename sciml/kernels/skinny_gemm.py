@@ -47,10 +47,14 @@ def fma_ok(dtype="float32") -> bool:
                 and FT.available())
 
 
-def lanes(m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, accumulate: bool, out):
+def _fma_for(k, n, dtype, allow=True):
+    return bool(allow and fma_ok(dtype) and k <= FMA_MAX and n <= FMA_MAX)
+
+
+def lanes(m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, accumulate: bool, out, fma_allowed=True):
     """The lanes of the skinny kernel for this product, or None (BLAS). ``tb`` (C = A W^T, W stored (n, k))
-    with the FMA kernel only."""
-    fma = fma_ok(dtype) and k <= FMA_MAX and n <= FMA_MAX
+    with the FMA kernel only; ``fma_allowed`` False: the opt-in kernel without FMA only."""
+    fma = _fma_for(k, n, dtype, fma_allowed)
     if (not (ENABLED[0] or fma) or dtype != "float32" or ta or (tb and not fma) or accumulate or k > MAX_K
             or n > MAX_N or m * n * k < MIN_WORK or not out.flags.c_contiguous):
         return None
@@ -62,15 +66,19 @@ def lanes(m: int, n: int, k: int, ta: bool, tb: bool, dtype: str, accumulate: bo
     return L
 
 
-def run(a, w, out, m: int, n: int, k: int, tb: bool, dtype: str, serial: bool) -> bool:
+def run(a, w, out, m: int, n: int, k: int, tb: bool, dtype: str, serial: bool, parallel_fma: bool = False) -> bool:
     """out = a @ w (``tb``: a @ w^T) with this kernel where :func:`lanes` allows (True), else nothing (False):
-    the hook of ``kernels/linalg.matmul`` and of the fused PINN path's ``_gemm``."""
+    the hook of ``kernels/linalg.matmul`` and of the fused PINN path's ``_gemm``. The FMA kernel runs serial
+    (where BLAS runs on one thread: measured 1.2-1.5x its speed) or where the caller says ``parallel_fma`` (the
+    fused path, where it replaces two single-threaded BLAS halves); against OpenBLAS's own threads it was not
+    measured faster (they fight Taichi's pool on this shared machine), so there it stays BLAS."""
     if not backend.on_host():
         return False
-    L = lanes(m, n, k, False, tb, dtype, False, out)
+    fma = serial or parallel_fma
+    L = lanes(m, n, k, False, tb, dtype, False, out, fma)
     if L is None:
         return False
-    matmul(a, w, out, m, n, k, L, serial, tb)
+    matmul(a, w, out, m, n, k, L, serial, tb, _fma_for(k, n, dtype, fma))
     return True
 
 
@@ -148,10 +156,11 @@ def _build_tn_sum(M, N, L):
     return kr
 
 
-def matmul(a, w, out, m: int, n: int, k: int, L: int, serial: bool, tb: bool = False):
+def matmul(a, w, out, m: int, n: int, k: int, L: int, serial: bool, tb: bool = False, fma=None):
     """out[:m*n] = a[:m*k] (m, k) @ w[:k*n] (k, n) (``tb``: w (n, k), its transpose) (flat float32 buffers;
-    ``lanes`` said yes)."""
-    fma = fma_ok("float32") and k <= FMA_MAX and n <= FMA_MAX
+    ``lanes`` said yes; ``fma``: the FMA kernel, None: where it can run)."""
+    if fma is None:
+        fma = _fma_for(k, n, "float32")
     R = FMA_ROWS if fma else ROWS
     tasks = (m + R - 1) // R
     kern = V.cached(("skinny_gemm", k, n, L, serial, fma, tb), lambda: _build(k, n, L, serial, fma, tb), (1, 1, L))

@@ -32,7 +32,7 @@ def test_fma_gemm_matches_numpy(monkeypatch, m, k, n, tb):
     for serial in (True, False):
         out = backend.aligned_empty(m * n, "float32")
         out[:] = np.nan
-        assert SK.run(a, w, out, m, n, k, tb, "float32", serial)
+        assert SK.run(a, w, out, m, n, k, tb, "float32", serial, parallel_fma=True)
         outs.append(out.reshape(m, n))
     assert np.array_equal(outs[0], outs[1])   # the sum over k per lane in one order, whatever the split
     ref = an.astype(np.float64) @ W.astype(np.float64)
@@ -76,6 +76,7 @@ def test_switch_and_fallbacks(monkeypatch):
     assert SK.lanes(m, n, k, False, True, "float32", False, out) == V.wide("float32")
     a = backend.aligned_empty(m * k, "float32")
     assert not SK.run(a, a, out, m, n, k, False, "float64", True)            # float64: BLAS
+    assert not SK.run(a, a, out, m, n, k, False, "float32", False)          # parallel beside BLAS's threads: BLAS
     assert not SK.run_tn(a, a, out, k, n, m, "float64", True)
     assert SK.lanes(m, 20, k, False, False, "float32", False, out) is None   # a width the lanes do not divide
     assert SK.lanes(m, 48, k, False, True, "float32", False, out) is None    # wider than FMA_MAX: BLAS
@@ -97,7 +98,10 @@ def test_switch_and_fallbacks(monkeypatch):
 
 
 def test_matmul_op_takes_it(monkeypatch):
-    """sm.matmul's float32 2-D products reach the kernel (A @ W and A @ W^T): numpy's values."""
+    """sm.matmul's float32 2-D products reach the kernel (A @ W and A @ W^T) where BLAS runs on one thread:
+    numpy's values; with BLAS's own threads they stay BLAS (not measured faster there)."""
+    from sciml.kernels import linalg as LK
+    monkeypatch.setattr(LK._blas, "get_threads", lambda: 1)
     calls = []
     real = SK.matmul
     monkeypatch.setattr(SK, "matmul", lambda *a, **kw: calls.append(a[3:6]) or real(*a, **kw))
@@ -108,3 +112,7 @@ def test_matmul_op_takes_it(monkeypatch):
     assert calls == [(2048, 32, 32)] * 2
     np.testing.assert_allclose(r1, an.astype(np.float64) @ wn, rtol=0, atol=1e-4)
     np.testing.assert_allclose(r2, an.astype(np.float64) @ wn.T, rtol=0, atol=1e-4)
+    monkeypatch.setattr(LK._blas, "get_threads", lambda: 2)
+    r3 = (sm.tensor(an, "float32") @ sm.tensor(wn, "float32")).numpy()
+    assert len(calls) == 2
+    np.testing.assert_allclose(r3, r1, rtol=0, atol=1e-4)
