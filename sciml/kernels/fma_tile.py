@@ -16,6 +16,11 @@ vectors apart from one k to the next), ``x_r`` the address of row r's first inpu
 for k < n: ``acc_{r,g} += x_r[k] * w_g[k s]`` (a broadcast and one FMA), the accumulators read from and written
 back to the locals (the row-major r, g order).
 
+``axpy_name(L)`` (``axpy``): one FMA on three locals, ``acc = fma(x, w, acc)`` (x broadcast), for kernels that
+keep their own arrays and loops (``skinny_gemm.py``, ``taylor_gemm.py``): Taichi passes locals only (an ndarray
+element is refused: "external func call via bitcode must pass in local variables"), so no raw address enters the
+kernel and sciml.jit's replays rebind its arrays as for any kernel; once inlined, the locals become registers.
+
 The bitcode (``fma_tile.bc``, next to this file) is ``llvm-as`` (LLVM 14, bitcode that Taichi's LLVM 15 reads)
 of :func:`module_text`; ``python -m sciml.kernels.fma_tile`` writes it again (a test compares the two when
 ``llvm-as`` is installed). Taichi's offline cache keys a kernel by its Python source, not the bitcode: the

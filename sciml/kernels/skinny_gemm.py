@@ -13,10 +13,23 @@ not be measured on this shared machine (the other core was always taken). Hence 
 ``SCIML_SKINNY_GEMM=1`` (or ``ENABLED[0] = True``) turns it on, to be measured on an idle machine against
 OpenBLAS's two threads before it becomes the default.
 
+The FMA kernel (default where it applies; ``SCIML_SKINNY_FMA=0`` or ``FMA[0] = False`` turns it off): Taichi's JIT
+forms no FMA, so the sums above cost a multiply and an add per lane; ``fma_tile.axpy`` (LLVM bitcode linked into
+the kernel, one ``llvm.fma`` on locals: no raw addresses, so sciml.jit's replays rebind the arrays as for any
+kernel) does both in one instruction, and a register tile of RB rows (RB_SUMS = 12 independent vector sums) hides
+its latency. float32, k and n <= :data:`FMA_MAX` (32), also ``tb`` (C = A W^T, W's columns gathered per task).
+Measured (2026-11-28, load 4.5-5.5, one thread, thread CPU time, min of 5-7, interleaved with numpy): (41600 x
+32) @ (32 x 32) 1.00-1.17 ms against OpenBLAS's 1.59-1.79 ms (~85 against ~55 GFLOP/s), A W^T 1.16-1.27 ms, (10400
+x 32) @ (32 x 32) 331 against 342 us. It runs where BLAS runs on one thread, and on the fused PINN path
+(``pinn/fused_gemm._gemm``: there it replaces the split of two single-threaded BLAS calls); beside OpenBLAS's own
+threads it stays BLAS (not measured faster on this shared machine). :func:`run_tn` is the weight gradient H^T G
+(k = 41,600 rows: 1.34-1.67 ms against OpenBLAS's 2.2-2.4 ms on one thread), on the fused path only.
+
 Each element of C is the sum over k in order 0..k-1 per lane (the same loop body whatever the thread split; the
-serial and parallel compilations are checked bit for bit in tests/autodiff/test_matmul_paths.py); the bits differ
-from BLAS's in the last places (float32). Used only for float32 (float64 keeps BLAS's bits), no transposes, no
-accumulation, C 64-byte aligned (sciml's own large buffers are). Devices use the device GEMM.
+serial and parallel compilations are checked bit for bit in tests/autodiff/test_matmul_paths.py and
+test_skinny_fma.py); the bits differ from BLAS's in the last places (float32). Used only for float32 (float64 keeps
+BLAS's bits), no transposed A, no accumulation, C 64-byte aligned (sciml's own large buffers are). Devices use the
+device GEMM.
 """
 import os
 import warnings

@@ -20,6 +20,8 @@ Each lane's sum runs over k in the same order whatever L or the thread split, so
 differ from BLAS's (float32: last bits). Only where every vector buffer is aligned for the host's wide lanes and
 w is a multiple of them (the Burgers main job's width 20 is not: it keeps the BLAS path and its bits).
 ``SCIML_TAYLOR_GEMM=0`` (or ``ENABLED[0] = False``) turns it off. Devices keep the GEMM + Taylor kernel path.
+For float32 on Taichi's x64 CPU arch the forward's sums are FMAs (``fma_tile.axpy``, the same k order; measured
+on W2/W3's steps: -0.7 to -1.2 ms of ~30 ms); ``SCIML_TAYLOR_GEMM_FMA=0`` (``FMA[0] = False``) turns that off.
 """
 import os
 
