@@ -137,6 +137,16 @@ def _insert(name, args):
         _ti_core.DebugInfo(impl.get_runtime().get_current_src_info()))
 
 
+_AVAILABLE = []
+
+
+def available_once():
+    """:func:`available`, asked once per process (it costs ~20 us: the per-GEMM checks of skinny_gemm.py)."""
+    if not _AVAILABLE:
+        _AVAILABLE.append(available())
+    return _AVAILABLE[0]
+
+
 def call(L, R, G, ws, xs, n, s, accs):
     """Inside a Taichi kernel (``ti.static`` code): the tile function's call on the locals ``ws`` (G addresses,
     i64), ``xs`` (R addresses, i64), ``n`` and ``s`` (i32) and ``accs`` (R * G vectors of L float32, row-major)."""

@@ -57,7 +57,7 @@ RB_SUMS = 12        # vector sums per register tile of the FMA kernel: RB = RB_S
 def fma_ok(dtype="float32") -> bool:
     """The FMA kernel can run: switched on, float32, Taichi's x64 CPU arch with the bitcode (fma_tile.py)."""
     return bool(FMA[0] and dtype == "float32" and V.wide(dtype) in FT.AXPY_LANES and backend.on_host()
-                and FT.available())
+                and FT.available_once())
 
 
 def _fma_for(k, n, dtype, allow=True):

@@ -90,7 +90,7 @@ def layer_forward(L, act, A, WM, b, Z, H, coords, pairs, n: int, w_in: int, w: i
 
 def _fma_ok(dtype, L):
     """The forward's GEMM sums as FMAs (fma_tile.py): switched on, float32, Taichi's x64 CPU arch."""
-    return bool(FMA[0] and dtype == "float32" and L in FT.AXPY_LANES and backend.on_host() and FT.available())
+    return bool(FMA[0] and dtype == "float32" and L in FT.AXPY_LANES and backend.on_host() and FT.available_once())
 
 
 def _build_fwd(act, dtype, L, K, NV, first, o, serial, coords, pairs, fma=False):
