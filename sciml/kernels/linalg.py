@@ -28,8 +28,8 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
     if use_blas is None:
         use_blas = backend.on_host()
     if use_blas:
-        if batch == 1 and not ta and not accumulate and _skinny.run(a, b, out, m, n, k, tb, dtype,
-                                                                      _blas.get_threads() == 1):
+        if (batch == 1 and not ta and not accumulate and m * n * k >= _skinny.MIN_WORK
+                and _skinny.run(a, b, out, m, n, k, tb, dtype, _blas.get_threads() == 1)):
             return  # skinny float32 products (skinny_gemm.py: the FMA kernel, or the opt-in one)
         if C.TRACE[0] is None and _numpy_call(a, b, out, batch, m, n, k, ta, tb, accumulate):
             return
