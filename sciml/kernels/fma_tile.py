@@ -16,6 +16,11 @@ vectors apart from one k to the next), ``x_r`` the address of row r's first inpu
 for k < n: ``acc_{r,g} += x_r[k] * w_g[k s]`` (a broadcast and one FMA), the accumulators read from and written
 back to the locals (the row-major r, g order).
 
+``axpy_name(L)`` (``axpy``): one FMA on three locals, ``acc = fma(x, w, acc)`` (x broadcast), for kernels that
+keep their own arrays and loops (``skinny_gemm.py``, ``taylor_gemm.py``): Taichi passes locals only (an ndarray
+element is refused: "external func call via bitcode must pass in local variables"), so no raw address enters the
+kernel and sciml.jit's replays rebind its arrays as for any kernel; once inlined, the locals become registers.
+
 The bitcode (``fma_tile.bc``, next to this file) is ``llvm-as`` (LLVM 14, bitcode that Taichi's LLVM 15 reads)
 of :func:`module_text`; ``python -m sciml.kernels.fma_tile`` writes it again (a test compares the two when
 ``llvm-as`` is installed). Taichi's offline cache keys a kernel by its Python source, not the bitcode: the
@@ -25,11 +30,12 @@ import os
 import warnings
 
 # Taichi warns at compile time about the call of a Python function (``call`` below) inside a kernel
-warnings.filterwarnings("ignore", message=r".*Calling non-taichi function .FT\.call", category=SyntaxWarning)
+warnings.filterwarnings("ignore", message=r".*Calling non-taichi function .FT\.(call|axpy)", category=SyntaxWarning)
 
-VERSION = 1
-TEXT_SHA256 = "33bfb34e998c5604"  # of module_text(): a test checks it (a new text needs a new VERSION)
+VERSION = 2
+TEXT_SHA256 = "ff6bc5e96defa565"  # of module_text(): a test checks it (a new text needs a new VERSION)
 SHAPES = ((16, 4, 4), (8, 2, 4))  # (lanes, rows, gates) of the functions in the module
+AXPY_LANES = (16, 8)  # lanes of the one-FMA functions (``axpy_name``: skinny_gemm.py, taylor_gemm.py)
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fma_tile.bc")
 _LAYOUT = "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-f80:128-n8:16:32:64-S128"
 
@@ -77,12 +83,31 @@ def _tile(L, R, G):
     return o
 
 
+def axpy_name(L):
+    return f"sciml_fma_axpy_v{VERSION}_{L}"
+
+
+def _axpy(L):
+    """``axpy_name(L)``: ``void f(<L x float>* acc, float* x, <L x float>* w)``: acc = fma(x, w, acc) (x
+    broadcast; every argument a local of the calling kernel, so that the kernel keeps its own arrays and indices:
+    Taichi passes locals only, no ndarray element's address)."""
+    v = f"<{L} x float>"
+    return [f"define void @{axpy_name(L)}({v}* %ap, float* %xp, {v}* %wp) {{", "entry:",
+            f"  %a = load {v}, {v}* %ap, align 4", "  %x = load float, float* %xp, align 4",
+            f"  %xe = insertelement {v} undef, float %x, i32 0",
+            f"  %xv = shufflevector {v} %xe, {v} undef, <{L} x i32> zeroinitializer",
+            f"  %w = load {v}, {v}* %wp, align 4", f"  %r = call {v} @llvm.fma.v{L}f32({v} %xv, {v} %w, {v} %a)",
+            f"  store {v} %r, {v}* %ap, align 4", "  ret void", "}", ""]
+
+
 def module_text():
     """The LLVM IR (text) of every tile function."""
     o = [f'target datalayout = "{_LAYOUT}"', ""]
     for s in SHAPES:
         o += _tile(*s)
-    for L in sorted({s[0] for s in SHAPES}):
+    for L in AXPY_LANES:
+        o += _axpy(L)
+    for L in sorted({s[0] for s in SHAPES} | set(AXPY_LANES)):
         o += [f"declare <{L} x float> @llvm.fma.v{L}f32(<{L} x float>, <{L} x float>, <{L} x float>)"]
     return "\n".join(o) + "\n"
 
@@ -95,6 +120,31 @@ def available():
     import taichi
     return (platform.machine().lower() in ("x86_64", "amd64") and tuple(taichi.__version__[:2]) == (1, 7)
             and os.path.exists(PATH))
+
+
+def axpy(L, acc, x, w):
+    """Inside a Taichi kernel: ``acc = fma(x, w, acc)`` on the locals ``acc`` (vector of L float32), ``x``
+    (float32, broadcast) and ``w`` (vector of L float32); one vector FMA once inlined."""
+    _insert(axpy_name(L), [acc, x, w])
+
+
+def _insert(name, args):
+    from taichi._lib import core as _ti_core
+    from taichi.lang import impl
+    from taichi.lang.expr import make_expr_group
+    impl.get_runtime().compiling_callable.ast_builder().insert_external_func_call(
+        0, "", PATH, name, make_expr_group(args), make_expr_group([]),
+        _ti_core.DebugInfo(impl.get_runtime().get_current_src_info()))
+
+
+_AVAILABLE = []
+
+
+def available_once():
+    """:func:`available`, asked once per process (it costs ~20 us: the per-GEMM checks of skinny_gemm.py)."""
+    if not _AVAILABLE:
+        _AVAILABLE.append(available())
+    return _AVAILABLE[0]
 
 
 def call(L, R, G, ws, xs, n, s, accs):

@@ -28,11 +28,9 @@ def matmul(a, b, out, batch: int, m: int, n: int, k: int, ta: bool, tb: bool, dt
     if use_blas is None:
         use_blas = backend.on_host()
     if use_blas:
-        if _skinny.ENABLED[0] and batch == 1 and backend.on_host():  # opt-in: skinny float32 products (skinny_gemm.py)
-            L = _skinny.lanes(m, n, k, ta, tb, dtype, accumulate, out)
-            if L is not None:
-                _skinny.matmul(a, b, out, m, n, k, L, _blas.get_threads() == 1)
-                return
+        if (batch == 1 and not ta and not accumulate and m * n * k >= _skinny.MIN_WORK
+                and _skinny.run(a, b, out, m, n, k, tb, dtype, _blas.get_threads() == 1)):
+            return  # skinny float32 products (skinny_gemm.py: the FMA kernel, or the opt-in one)
         if C.TRACE[0] is None and _numpy_call(a, b, out, batch, m, n, k, ta, tb, accumulate):
             return
         if C.TRACE[0] is not None and _blas.get_threads() == 1 and REPLAY_ONE_THREAD:

@@ -20,16 +20,22 @@ Each lane's sum runs over k in the same order whatever L or the thread split, so
 differ from BLAS's (float32: last bits). Only where every vector buffer is aligned for the host's wide lanes and
 w is a multiple of them (the Burgers main job's width 20 is not: it keeps the BLAS path and its bits).
 ``SCIML_TAYLOR_GEMM=0`` (or ``ENABLED[0] = False``) turns it off. Devices keep the GEMM + Taylor kernel path.
+For float32 on Taichi's x64 CPU arch the forward's sums are FMAs (``fma_tile.axpy``, the same k order; measured
+on W2/W3's steps: -0.7 to -1.2 ms of ~30 ms); ``SCIML_TAYLOR_GEMM_FMA=0`` (``FMA[0] = False``) turns that off.
 """
 import os
 
 from . import _common as C
 from . import _vec as V
+from . import fma_tile as FT
 from . import taylor_vec as TV
 from .. import backend
 
 ENABLED = [os.environ.get("SCIML_TAYLOR_GEMM", "1").strip() != "0"]
 BACKWARD = [os.environ.get("SCIML_TAYLOR_GEMM_BWD", "0").strip() == "1"]   # the fused adjoint (see module doc)
+# the forward's sums with fused multiply-adds (fma_tile.py's axpy) for float32 on Taichi's x64 CPU arch;
+# SCIML_TAYLOR_GEMM_FMA=0 turns it off (the multiply-add pairs of Taichi's JIT)
+FMA = [os.environ.get("SCIML_TAYLOR_GEMM_FMA", "1").strip() != "0"]
 MAX_WIDTH = 64   # w_in and w at most (the unrolled sum over k and W's vectors hoisted per task)
 
 
@@ -66,10 +72,11 @@ def layer_forward(L, act, A, WM, b, Z, H, coords, pairs, n: int, w_in: int, w: i
     S = 1 + len(coords) + len(pairs)
     serial, tasks = TV._mode(n, w, S)
     WL, bL, OUT, o = top if top is not None else (b, b, b, 0)
+    fma = _fma_ok(dtype, L)
     key = ("taylor_gfwd", act, dtype, L, w_in, w, first, o, serial, tuple(coords) if first else len(coords),
-           tuple(pairs))
+           tuple(pairs), fma)
     k = V.cached(key, lambda: _build_fwd(act, dtype, L, w_in, w // L, first, o, serial, tuple(coords),
-                                         tuple(pairs)),
+                                         tuple(pairs), fma),
                  (1, 1, 1, L, L, 1, 1, 1), exact=True, dynamic=not serial)
     zrows = n if first else S * n
     rows_in = n if first else S * n
@@ -81,7 +88,12 @@ def layer_forward(L, act, A, WM, b, Z, H, coords, pairs, n: int, w_in: int, w: i
                (n, tasks))
 
 
-def _build_fwd(act, dtype, L, K, NV, first, o, serial, coords, pairs):
+def _fma_ok(dtype, L):
+    """The forward's GEMM sums as FMAs (fma_tile.py): switched on, float32, Taichi's x64 CPU arch."""
+    return bool(FMA[0] and dtype == "float32" and L in FT.AXPY_LANES and backend.on_host() and FT.available_once())
+
+
+def _build_fwd(act, dtype, L, K, NV, first, o, serial, coords, pairs, fma=False):
     ti = C.ti()
     from taichi.lang.impl import expr_init
     T = backend.ti_dtype(dtype)
@@ -117,10 +129,12 @@ def _build_fwd(act, dtype, L, K, NV, first, o, serial, coords, pairs):
                 za = [[expr_init(VL(ti.cast(0, T))) for jv in ti.static(range(NV))] for st in ti.static(range(S_in))]
                 for kk in ti.static(range(K)):
                     for st in ti.static(range(S_in)):
-                        x = A[st * n * K + r * K + kk]
+                        x = expr_init(A[st * n * K + r * K + kk])
                         for jv in ti.static(range(NV)):
                             if ti.static(kk == 0):
                                 za[st][jv] = expr_init(x * wm[kk][jv])
+                            elif ti.static(fma):   # one vector FMA (fma_tile.py), same k order
+                                FT.axpy(L, za[st][jv], x, wm[kk][jv])
                             else:
                                 za[st][jv] = expr_init(za[st][jv] + x * wm[kk][jv])
                 acc = [[expr_init(CV(ti.cast(0, T))) for kk in ti.static(range(o))] for st in ti.static(range(S))]
