@@ -66,15 +66,16 @@ def _keep_masks(geom, xa, xb):
     return ~inside(b, xa), ~inside(a, xb)
 
 
-def _fill(n, draw, who):
+def _fill(n, draw, what, geom):
     """DeepXDE's ``while i < n`` loop: concatenate draws until ``n`` points, keep ``n``. A
     draw with no survivors would loop forever in DeepXDE (the Hammersley set repeats): raise."""
     out, have = [], 0
     while have < n:
         x = draw()
         if len(x) == 0:
-            raise ValueError(f"deepxde_points: no {who} points of the draw survive; is the "
-                             "domain empty, or its boundary inside the other operand?")
+            raise ValueError(f"deepxde_points: none of the {what} points drawn for {geom!r} "
+                             f"survive (DeepXDE would loop forever); is the domain empty, or "
+                             f"an operand's boundary entirely inside the other?")
         out.append(x[:n - have])
         have += len(out[-1])
     return np.concatenate(out)
@@ -90,7 +91,7 @@ def boundary(geom, n, rng, method, legacy):
             ka, kb = _keep_masks(geom, xa, xb)
             x = np.concatenate([xa[ka], xb[kb]])
             return x[legacy.permutation(len(x))]
-        return _fill(n, draw, f"boundary ({geom!r})")
+        return _fill(n, draw, "boundary", geom)
     walk = getattr(geom, "_deepxde_boundary", None)      # Rectangle: DeepXDE's perimeter walk
     return walk(n, rng, method) if walk is not None else geom.sample_boundary(n, rng, method)
 
@@ -104,11 +105,11 @@ def interior(geom, n, rng, method, legacy):
         def draw():
             x = legacy.rand(n, geom.dim) * (hi - lo) + lo
             return x[inside(geom, x)]
-        return _fill(n, draw, f"interior ({geom!r})")
+        return _fill(n, draw, "interior", geom)
     if isinstance(geom, (Difference, Intersection)):
         def draw():
             x = interior(geom.a, n, rng, method, legacy)
             keep = inside(geom.b, x)
             return x[~keep if isinstance(geom, Difference) else keep]
-        return _fill(n, draw, f"interior ({geom!r})")
+        return _fill(n, draw, "interior", geom)
     return geom.sample_interior(n, rng, method)
