@@ -148,7 +148,14 @@ class Problem:
         given its own points, a hard condition or data keep theirs). The default sampler is
         DeepXDE's default ``train_distribution``, the Hammersley set (deterministic; another
         ``method`` takes ``seed``). The points are fixed for the run, as in DeepXDE (with
-        ``solve(resample=...)`` only the interior points are redrawn).
+        ``solve(resample=...)`` only the interior points are redrawn). A Rectangle's pool is
+        DeepXDE's perimeter walk; a CSG domain's (``outer - hole``, ``&``, ``|``) is drawn as
+        DeepXDE's CSG classes draw it (geometry_deepxde.py): ``num_boundary`` points on each
+        operand, the surviving ones shuffled and the first ``num_boundary`` kept (about half on
+        a hole inside a square, whatever the lengths), and the interior re-drawn from the first
+        operand until enough survive (with Hammersley, some points twice). DeepXDE shuffles
+        with NumPy's global state; here a ``np.random.RandomState(seed)`` does, so
+        ``seed=s`` gives the pool DeepXDE gives after ``dde.config.set_random_seed(s)``.
 
         Args:
             num_domain: interior points.
@@ -157,7 +164,8 @@ class Problem:
             anchors: extra PDE points, an ``(m, dim)`` array (checked to lie in the domain);
                 conditions also take those of them that lie where they hold, as in DeepXDE.
             method: ``'hammersley'`` (default), ``'lhs'``, ``'sobol'``, ``'uniform'``.
-            seed: seeds the samplers that are random.
+            seed: seeds the samplers that are random and a CSG pool's shuffle (an int or a
+                ``np.random.Generator``).
         Returns:
             ``(problem2, points)``: the copy of the problem, and the ``(n, dim)`` PDE points.
         Raises:
@@ -165,7 +173,7 @@ class Problem:
                 on an empty term), naming it and the counts to raise.
         """
         import copy
-        from . import sampling
+        from . import geometry_deepxde as dx, sampling
         n_dom = sampling.check_count(num_domain, "deepxde_points(num_domain=...)")
         n_bnd = sampling.check_count(num_boundary, "deepxde_points(num_boundary=...)")
         n_ini = sampling.check_count(num_initial, "deepxde_points(num_initial=...)")
@@ -173,12 +181,20 @@ class Problem:
         rng = sampling.as_rng(seed, "deepxde_points(seed=...)")
         dom = self.domain
         sets = []
-        if n_bnd:
-            walk = getattr(dom, "_deepxde_boundary", None)    # a Rectangle: DeepXDE's perimeter walk
-            sets.append(walk(n_bnd, rng, method) if walk is not None and method != "grid"
-                        else dom.sample_boundary(n_bnd, rng, method))
-        if n_dom:
-            sets.append(dom.sample_interior(n_dom, rng, method))
+        if method != "grid" and isinstance(dom, dx.CSG):
+            # DeepXDE's train_points order (interior, then boundary) for its NumPy draws
+            legacy = dx.legacy_state(seed)
+            inner = dx.interior(dom, n_dom, rng, method, legacy) if n_dom else None
+            if n_bnd:
+                sets.append(dx.boundary(dom, n_bnd, rng, method, legacy))
+            if n_dom:
+                sets.append(inner)
+        else:
+            if n_bnd:
+                sets.append(dx.boundary(dom, n_bnd, rng, method, None) if method != "grid"
+                            else dom.sample_boundary(n_bnd, rng, method))
+            if n_dom:
+                sets.append(dom.sample_interior(n_dom, rng, method))
         if n_ini:
             if not hasattr(dom, "sample_initial"):
                 raise ValueError(f"deepxde_points(num_initial={n_ini}): the domain {dom!r} has no "
