@@ -13,7 +13,9 @@ not be measured on this shared machine (the other core was always taken). Hence 
 ``SCIML_SKINNY_GEMM=1`` (or ``ENABLED[0] = True``) turns it on, to be measured on an idle machine against
 OpenBLAS's two threads before it becomes the default.
 
-The FMA kernel (default where it applies; ``SCIML_SKINNY_FMA=0`` or ``FMA[0] = False`` turns it off): Taichi's JIT
+The FMA kernel (opt-in: ``SCIML_SKINNY_FMA=1`` or ``FMA[0] = True``; on an idle machine the W2 step took 23.5-25.9 ms
+with it against 19.7-20.7 ms with the fused path's split BLAS, same process conditions, 2026-11-28 15:25 UTC, load
+0.1-0.9, while under load 4.6 it was ~10 % faster: see docs/perf.md "FMA tiles for the PINN GEMMs"): Taichi's JIT
 forms no FMA, so the sums above cost a multiply and an add per lane; ``fma_tile.axpy`` (LLVM bitcode linked into
 the kernel, one ``llvm.fma`` on locals: no raw addresses, so sciml.jit's replays rebind the arrays as for any
 kernel) does both in one instruction, and a register tile of RB rows (RB_SUMS = 12 independent vector sums) hides
@@ -43,8 +45,8 @@ from . import fma_tile as FT
 warnings.filterwarnings("ignore", message=r"\s*You are unrolling more than", category=SyntaxWarning)
 
 ENABLED = [os.environ.get("SCIML_SKINNY_GEMM", "0").strip() == "1"]  # off by default: see the module doc
-# the FMA kernel (fma_tile.py's axpy, RB-row register tiles) where available; SCIML_SKINNY_FMA=0 turns it off
-FMA = [os.environ.get("SCIML_SKINNY_FMA", "1").strip() != "0"]
+# the FMA kernel (fma_tile.py's axpy, RB-row register tiles) where available; SCIML_SKINNY_FMA=1 turns it on
+FMA = [os.environ.get("SCIML_SKINNY_FMA", "0").strip() == "1"]  # opt-in: slower than split BLAS on an idle machine
 MAX_K = 64          # k at most (the sum over k is unrolled)
 MAX_N = 64          # n at most (a row of C in n / L registers)
 MIN_WORK = 1 << 20  # m * n * k at least (below, BLAS's lower call cost wins)

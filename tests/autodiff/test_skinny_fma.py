@@ -11,6 +11,13 @@ from sciml.kernels import _vec as V
 from sciml.kernels import fma_tile as FT
 from sciml.kernels import skinny_gemm as SK
 
+
+@pytest.fixture(autouse=True)
+def _fma_on(monkeypatch):
+    """The FMA kernels are opt-in (SCIML_SKINNY_FMA=1; skinny_gemm's doc): these tests switch them on."""
+    monkeypatch.setattr(SK, "FMA", [True])
+
+
 pytestmark = pytest.mark.skipif(not (backend.on_host() and FT.available() and V.wide("float32") in FT.AXPY_LANES
                                      and V.wide("float32") >= 16), reason="x86-64 AVX-512 CPU kernels")
 

@@ -15,6 +15,13 @@ from sciml.optim import Adam
 from sciml.pinn import Dirichlet, Interval, Problem, d, solve
 from sciml.pinn import stages
 
+
+@pytest.fixture(autouse=True)
+def _fma_on(monkeypatch):
+    """The FMA kernels are opt-in (SCIML_SKINNY_FMA=1; skinny_gemm's doc): these tests switch them on."""
+    monkeypatch.setattr(SK, "FMA", [True])
+
+
 pytestmark = pytest.mark.skipif(not (backend.on_host() and FT.available() and V.wide("float32") == 16),
                                 reason="x86-64 AVX-512 CPU kernels")
 _REAL = stages._Step
