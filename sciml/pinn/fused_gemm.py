@@ -29,11 +29,12 @@ def _gemm(a, b, out, m, n, k, ta=False, tb=False, dtype="float64", batch=1, defe
         _kblas.device_gemm(a, b, out[0], batch, m, n, k, ta, tb, dtype, out_off=out[1], defer=defer, ws_level=lvl)
         return
     blas = _linalg_ops._blas["enabled"]
-    if batch == 1 and not ta and (blas is None or blas) and _skinny.run(a, b, out, m, n, k, tb, dtype, False, True):
+    host = batch == 1 and (blas is None or blas)   # one host GEMM (BLAS or the skinny kernels)
+    if host and not ta and _skinny.run(a, b, out, m, n, k, tb, dtype, False, True):
         return  # skinny float32 GEMMs: kernels/skinny_gemm.py's FMA kernel (Taichi's threads)
-    if batch == 1 and ta and not tb and (blas is None or blas) and _skinny.run_tn(a, b, out, m, n, k, dtype, False):
+    if host and ta and not tb and _skinny.run_tn(a, b, out, m, n, k, dtype, False):
         return  # a layer's weight gradient H^T G (float32): the same module's chunked FMA kernel
-    if _THREADS.active and batch == 1 and (blas is None or blas):
+    if host and _THREADS.active:
         if (not ta and m >= SPLIT_MIN) or (ta and not tb and k >= SPLIT_MIN):
             # one host call (sciml.jit records it whole: a replay runs both halves, the same bits)
             C.host_call(_split_gemm, a, b, out, m, n, k, ta, tb, dtype)
