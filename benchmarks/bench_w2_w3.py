@@ -271,6 +271,7 @@ def main(argv=None):
                 if name not in best or r["median_s"] < best[name]["median_s"]:
                     best[name] = r
         rows = [best[name] for name, _ in runners]
+        print(f"{w}: " + ", ".join(f"{x['name']} {x['median_s'] * 1e3:.2f} ms" for x in rows), flush=True)
         r = rows[0]
         peer_rows = [x for (name, _), x in zip(runners, rows) if not name.startswith("sciml")]
         bp = min(peer_rows, key=lambda x: x["median_s"]) if peer_rows else None
