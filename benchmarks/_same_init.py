@@ -9,6 +9,13 @@ by the library alone and not by the random draw of the initial weights.
 every ``torch.nn.Linear`` of the network in order; ``load`` wraps ``sciml.models.MLP.__init__``
 and overwrites the freshly drawn weights and biases of each MLP the port builds, in order, with
 the dumped ones (layer shapes checked). The scripts themselves are run unchanged (``runpy``).
+
+``bench_deepxde --readout best`` (``SCIML_READOUT=best``) reads both libraries at their best model, as
+DeepXDE reports it ("Best model at step N"): the logged step with the lowest training loss, logged every
+tenth of the first stage's iterations in both (the twins' ``display_every``). DeepXDE's side snapshots the
+network (and external trainable variables) whenever ``train_state.update_best`` takes a new best and puts
+the snapshot back before the script's first ``predict``; sciml's side runs ``solve(restore_best=True)``
+with ``log_every`` a tenth of the first stage. ``path`` ``-`` means no weights (the readout alone).
 """
 import os
 import runpy
@@ -17,9 +24,56 @@ import sys
 import numpy as np
 
 
+READOUT = os.environ.get("SCIML_READOUT", "last")
+
+
+def _best_deepxde(dde):
+    """DeepXDE at its best model: snapshot at each new ``best_step``, restore before ``predict``."""
+    test, predict = dde.Model._test, dde.Model.predict
+
+    def _test(self, *a, **k):
+        before = self.train_state.best_loss_train
+        test(self, *a, **k)
+        if self.train_state.best_loss_train < before:
+            self._sciml_best = ({n: v.detach().clone() for n, v in self.net.state_dict().items()},
+                                [v.detach().clone() for v in (self.external_trainable_variables or [])])
+
+    def _predict(self, *a, **k):
+        best = self.__dict__.pop("_sciml_best", None)
+        if best is not None:
+            self.net.load_state_dict(best[0])
+            for v, b in zip(self.external_trainable_variables or [], best[1]):
+                v.data.copy_(b)
+            print(f"READOUT best model at step {self.train_state.best_step}, "
+                  f"loss {self.train_state.best_loss_train:.3e}")
+        return predict(self, *a, **k)
+
+    dde.Model._test, dde.Model.predict = _test, _predict
+
+
+def _best_sciml():
+    """sciml at its best model: ``solve(restore_best=True)``, logging every tenth of the first stage."""
+    import sciml.pinn as P
+
+    solve = P.solve
+
+    def wrapped(problem, net, *a, **k):
+        stages = k.get("stages", a[1] if len(a) > 1 else None)
+        if stages and k.get("log_every") is None:
+            k["log_every"] = max(1, int(stages[0][1]) // 10)
+        return solve(problem, net, *a, restore_best=True, **k)
+
+    P.solve = wrapped
+
+
 def dump(path, script):
     import deepxde as dde
     import torch
+
+    if READOUT == "best":
+        _best_deepxde(dde)
+    if path == "-":
+        return _run(script)
 
     init = dde.Model.__init__
 
@@ -38,6 +92,11 @@ def dump(path, script):
 
 def load(path, script):
     from sciml.models import layers
+
+    if READOUT == "best":
+        _best_sciml()
+    if path == "-":
+        return _run(script)
 
     saved = np.load(path)
     n = sum(1 for k in saved.files if k.startswith("w"))

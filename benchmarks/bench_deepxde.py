@@ -100,10 +100,11 @@ def _run(cmd, env, timeout):
 
 
 def _launch(script, weights, mode):
-    """The command running ``script``; with ``weights`` through benchmarks/_same_init.py
-    (``mode`` 'dump' for the DeepXDE twin, 'load' for the sciml port)."""
-    if weights is None:
+    """The command running ``script``; with ``weights`` (or ``--readout best``) through
+    benchmarks/_same_init.py (``mode`` 'dump' for the DeepXDE twin, 'load' for the sciml port)."""
+    if weights is None and os.environ.get("SCIML_READOUT", "last") == "last":
         return [sys.executable, script]
+    weights = weights or "-"   # the readout's wrappers alone
     return [sys.executable, "-m", "benchmarks._same_init", mode, weights, script]
 
 
@@ -146,6 +147,10 @@ def main(argv=None):
     ap.add_argument("--same-init", action="store_true", help="the sciml port starts from the "
                     "DeepXDE twin's initial weights (each seed: DeepXDE first, its weights recorded; "
                     "benchmarks/_same_init.py), so the columns differ by the library, not the draw")
+    ap.add_argument("--readout", choices=("last", "best"), default="last", help="the error of the "
+                    "last step's parameters (default) or of each library's best model: the logged step "
+                    "with the lowest training loss, logged every tenth of the Adam iterations in both, "
+                    "as DeepXDE's 'Best model at step N' (benchmarks/_same_init.py)")
     ap.add_argument("--timeout", type=int, default=7200)
     ap.add_argument("--write", action="store_true", help=f"write the table into {DOC}")
     ap.add_argument("--block", default=None, help="with --write: the table goes between the "
@@ -156,6 +161,7 @@ def main(argv=None):
     _arch.use(args.arch)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    env["SCIML_READOUT"] = os.environ["SCIML_READOUT"] = args.readout
     env["SCIML_ARCH"] = args.arch          # the ports' sciml side runs on it (DeepXDE stays on the CPU)
     if args.quick:
         env["SCIML_QUICK"] = "1"
@@ -285,12 +291,16 @@ def _table(rows, args, pending=0):
         (f" --seeds {seeds}" if seeds > 1 else "") + \
         (f" --jobs {args.jobs}" if getattr(args, "jobs", 1) > 1 else "") + \
         (" --same-init" if getattr(args, "same_init", False) else "") + \
+        (" --readout best" if getattr(args, "readout", "last") == "best" else "") + \
         (" --only " + " ".join(args.only) if args.only else "") + " --write" + \
         (f" --block {args.block}" if getattr(args, "block", None) else "")
     if getattr(args, "jobs", 1) > 1:
         budget += f"; {args.jobs} rows at a time"
     if getattr(args, "same_init", False):
         budget += "; the sciml port starts from DeepXDE's initial weights of the same seed"
+    if getattr(args, "readout", "last") == "best":
+        budget += ("; errors of each library's best model (the logged step with the lowest training "
+                   "loss, logged every tenth of the Adam iterations), not of the last step")
     if seeds > 1:
         budget += (f"; median (min–max), mean over seeds 0–{seeds - 1} in each library, "
                    "median times")

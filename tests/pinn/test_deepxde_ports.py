@@ -94,3 +94,35 @@ def test_same_init_loads_the_recorded_weights_into_the_ports_mlp(tmp_path):
     out = np.load(tmp_path / "out.npz")
     for i, k in enumerate(["w0", "b0", "w1", "b1"]):
         np.testing.assert_allclose(out[f"arr_{i}"], w[k], rtol=1e-6)   # float32 copies
+
+
+def test_readout_best_runs_each_port_at_its_best_model(tmp_path):
+    # bench_deepxde --readout best: the sciml port runs through benchmarks/_same_init.py with
+    # solve(restore_best=True), logging every tenth of the Adam stage, and says which step it kept
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               SCIML_READOUT="best", SCIML_STEPS="40")
+    out = subprocess.run([sys.executable, "-m", "benchmarks._same_init", "load", "-",
+                          os.path.join(B.PORTS_DIR, "poisson_robin_1d.py")], cwd=tmp_path, env=env,
+                         check=True, capture_output=True, text=True).stdout
+    line = [s for s in out.splitlines() if "relative L2 error" in s][-1]
+    assert "best model at step" in line, out[-2000:]
+
+
+@pytest.mark.skipif(not os.environ.get("SCIML_PEER_PATH") and __import__("importlib").util.find_spec("deepxde") is None,
+                    reason="needs DeepXDE (the bench extra)")
+def test_readout_best_restores_deepxdes_best_snapshot(tmp_path):
+    # the DeepXDE side: the network is put back to its state at train_state.best_step before predict
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    peer = os.environ.get("SCIML_PEER_PATH", "")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (peer, root, os.environ.get("PYTHONPATH", "")) if p),
+               SCIML_READOUT="best", SCIML_STEPS="50", DDE_BACKEND="pytorch", SCIML_SEED="0")
+    out = subprocess.run([sys.executable, "-m", "benchmarks._same_init", "dump", "-",
+                          os.path.join(B.PORTS_DIR, "dde", "poisson_robin_1d.py")], cwd=tmp_path, env=env,
+                         check=True, capture_output=True, text=True).stdout
+    assert "READOUT best model at step" in out and "RESULT rel_l2=" in out, out[-2000:]
+    import re
+    ours = re.search(r"READOUT best model at step (\d+)", out).group(1)
+    assert re.search(r"Best model at step (\d+)", out).group(1) == ours   # DeepXDE's own summary
