@@ -158,9 +158,12 @@ def _best(arrays, leaves, where, hint):
         return None
     found = [arrays.get(f"best.p{i}") for i in range(len(leaves))]
     for i, (a, p) in enumerate(zip(found, leaves)):
-        if a is None or a.shape != tuple(p.shape) or not np.all(np.isfinite(a)):
-            raise ValueError(f"{where}: its best model's parameter {i} is missing, has another "
-                             f"shape than {tuple(p.shape)} or holds non-finite values{hint}")
+        why = "is missing" if a is None else \
+            f"has shape {a.shape}, not {tuple(p.shape)}" if a.shape != tuple(p.shape) else \
+            "holds non-finite values" if not np.all(np.isfinite(a)) else None
+        if why:
+            raise ValueError(f"{where}: its best model's parameter {i} {why}; the file is "
+                             f"damaged or comes from another network{hint}")
     return (int(arrays["best.step"]), float(arrays["best.loss"]),
             float(arrays.get("best.rel_l2", np.nan)), found)
 

@@ -156,6 +156,30 @@ def test_nan_and_inf_never_become_the_best():
     np.testing.assert_array_equal(p.numpy(), [1.0, 2.0])
 
 
+def _inverse():
+    """u'' + c pi^2 sin(pi x) = 0 with u = sin(pi x) observed at 20 points (c = 1)."""
+    from sciml.pinn import Parameter as Coefficient, PointData
+
+    def residual(u, x, c):
+        return d(u, x, x) + c * np.pi ** 2 * sm.sin(np.pi * x)
+    xs = np.linspace(0.05, 0.95, 20)[:, None]
+    return Problem(Interval(0, 1), residual, parameters={"c": Coefficient(0.5, log=True)},
+                   conditions=[Dirichlet(0.0), PointData(xs, np.sin(np.pi * xs[:, 0]))])
+
+
+def test_trainable_coefficients_are_part_of_the_best_model():
+    kw = dict(points=32, seed=0, dtype="float64", progress=False, log_every=1,
+              stages=[(Adam(lr=1e-1), 300)], callbacks=[lambda p: p.loss > 2 * p.best_loss])
+    last = solve(_inverse(), MLP([1, 16, 1], activation=sm.tanh, seed=0), **kw)
+    assert last.history["step"][-1] < 300                 # stopped at a spike
+    assert last.best_parameters["c"] != last.parameters["c"]
+    assert last.best_rel_l2 is None                       # no reference
+    pb = _inverse()
+    r = solve(pb, MLP([1, 16, 1], activation=sm.tanh, seed=0), restore_best=True, **kw)
+    assert r.parameters == last.best_parameters == {"c": pb.parameters["c"].fitted}
+    assert _same(r.params, last.best_params)
+
+
 def _lbfgs_stages():
     return [(Adam(lr=1e-2), 12), (LBFGS(history=10, max_iter=3), 12)]
 
@@ -203,6 +227,24 @@ def test_a_resumed_run_reports_the_same_best_as_an_uninterrupted_one(tmp_path):
     assert _same(again.params, ref.best_params) and again.rel_l2 == ref.best_rel_l2
 
 
+def test_checkpoints_without_a_best_load_and_a_bad_best_is_refused(tmp_path):
+    from sciml.pinn import checkpoint as ckpt
+    net = _net()
+    params = {"net": net.params(), "pde": {}}
+    leaves = [l.numpy() for l in flatten(params)[0]]
+    path = str(tmp_path / "c.npz")
+    ckpt.save(path, params, 0, 3, [1.0, 1.0], {"loss": [1.0]})      # written before tracking
+    assert ckpt.load(path, params, 2, [(Adam(), 10)]).best is None
+    ckpt.save(path, params, 0, 3, [1.0, 1.0], {"loss": [1.0]}, best=(2, 0.5, 0.1, leaves))
+    step, loss, rel, arrays = ckpt.load(path, params, 2, [(Adam(), 10)]).best
+    assert (step, loss, rel) == (2, 0.5, 0.1) and all(np.array_equal(a, b) for a, b in
+                                                       zip(arrays, leaves))
+    bad = [np.zeros((3, 3))] + leaves[1:]
+    ckpt.save(path, params, 0, 3, [1.0, 1.0], {"loss": [1.0]}, best=(2, 0.5, 0.1, bad))
+    with pytest.raises(ValueError, match=r"c\.npz.*best model's parameter 0"):
+        ckpt.load(path, params, 2, [(Adam(), 10)])
+
+
 @pytest.mark.parametrize("bad", ["yes", 1, None, np.bool_(True)])
 def test_restore_best_must_be_a_bool(bad):
     called = []
@@ -233,8 +275,8 @@ pb = Problem(Interval(0, 1), residual, conditions=[Dirichlet(0.0)],
              reference=lambda p: np.sin(np.pi * p[:, 0]))
 out = {}
 for restore in (False, True):
-    r = solve(pb, MLP([1, 16, 16, 1], activation=sm.tanh, seed=0), points=32, seed=0, log_every=5,
-              stages=[(Adam(lr=3e-2), 120)], progress=False, restore_best=restore)
+    r = solve(pb, MLP([1, 16, 16, 1], activation=sm.tanh, seed=0), points=32, seed=0, log_every=4,
+              stages=[(Adam(lr=3e-2), 40)], progress=False, restore_best=restore)
     out[str(restore)] = {"step": r.history["step"], "loss": r.history["loss"], "best_step": r.best_step,
                          "best_loss": r.best_loss, "best_rel_l2": r.best_rel_l2, "rel_l2": r.rel_l2,
                          "best": [t.numpy().ravel().tolist() for t in flatten(r.best_params)[0]],
@@ -245,7 +287,8 @@ print("RESULT" + json.dumps({"arch": sm.arch(), "out": out}))
 
 def test_best_model_on_vulkan(tmp_path):
     """On a device the step values are read only at log lines (deferred): the best is still
-    the lowest logged loss, and restoring it gives its parameters and error."""
+    the lowest logged loss, and restoring it gives its parameters and error. (~20 s: lavapipe,
+    a software driver, takes ~0.2 s a step here.)"""
     script = tmp_path / "vk_best.py"
     script.write_text(VULKAN_SCRIPT)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -258,7 +301,7 @@ def test_best_model_on_vulkan(tmp_path):
     got = json.loads(p.stdout.split("RESULT", 1)[1])
     assert got["arch"] == "vulkan"
     last, rest = got["out"]["False"], got["out"]["True"]
-    logged = [(l, s) for s, l in zip(last["step"], last["loss"]) if s % 5 == 0]
+    logged = [(l, s) for s, l in zip(last["step"], last["loss"]) if s % 4 == 0]
     assert (last["best_loss"], last["best_step"]) == min(logged)
     assert rest["loss"] == last["loss"] and rest["best"] == last["best"]
     assert rest["params"] == last["best"] and rest["rel_l2"] == last["best_rel_l2"]
