@@ -30,10 +30,10 @@ from ..autodiff.transforms import vjp
 from . import checkpoint as ckpt
 from . import fused_loss
 from . import sampling
+from .best import BestModel
 from .conditions import PointData
 from .console import Console
 from .problem import Batch, Loss, Problem
-from .best import BestModel
 from .result import Progress, Result, errors, reference_grid
 from .stages import ResamplePolicy, is_curvature, run_stage, with_batch
 from .weighting import as_weighting
