@@ -11,7 +11,9 @@ refuses, with the file's path in the message, a checkpoint that does not fit.
 Keys: ``format``, ``stage``, ``step`` (steps done in that stage; ``stage == len(stages)``
 and ``step == 0`` once the run is finished), ``weights``, ``p0..pN`` (parameter leaves in
 pytree order), ``h.<name>`` (history), ``opt.step`` / ``opt.<k>`` (optimizer state),
-``global_step``, ``interior`` and ``rng`` (JSON of the sampler's bit-generator state).
+``global_step``, ``interior`` and ``rng`` (JSON of the sampler's bit-generator state),
+``best.step``, ``best.loss``, ``best.rel_l2`` and ``best.p0..pN`` (the best model so far,
+best.py; absent before the first log line and in files written before it was tracked).
 """
 import json
 import zipfile
@@ -28,17 +30,18 @@ _REQUIRED = ("stage", "step", "weights")
 
 class Checkpoint:
     """What :func:`load` returns: ``stage``, ``step``, ``weights``, ``history`` (dict of
-    lists), ``opt_state`` (an optimizer ``state_dict`` or None), ``interior`` (numpy or None)
-    and ``rng_state`` (dict or None)."""
+    lists), ``opt_state`` (an optimizer ``state_dict`` or None), ``interior`` (numpy or None),
+    ``rng_state`` (dict or None) and ``best`` (``(step, loss, rel_l2, arrays)`` or None)."""
 
     def __init__(self, **kw):
         self.__dict__.update(kw)
 
 
 def save(path, params, stage, step, weights, history, opt=None, interior=None, rng=None,
-         global_step=None):
+         global_step=None, best=None):
     """Write a checkpoint atomically (under MPI only rank 0 writes: every rank holds the
-    same parameters)."""
+    same parameters). ``best``: ``(step, loss, rel_l2, arrays)`` of the best model so far
+    (arrays aligned with the parameter leaves), or None."""
     if not dist.is_main():
         return
     leaves, _ = flatten(params)
@@ -58,6 +61,11 @@ def save(path, params, stage, step, weights, history, opt=None, interior=None, r
         data["interior"] = np.asarray(interior, dtype=np.float64)
     if rng is not None and hasattr(rng, "bit_generator"):
         data["rng"] = np.array(json.dumps(rng.bit_generator.state, default=int))
+    if best is not None:
+        b_step, b_loss, b_rel, b_arrays = best
+        data.update({"best.step": np.array(int(b_step)), "best.loss": np.array(float(b_loss)),
+                     "best.rel_l2": np.array(float(b_rel))})
+        data.update({f"best.p{i}": np.asarray(a) for i, a in enumerate(b_arrays)})
     with atomic_write(path) as tmp:
         np.savez(tmp, **data)
 
@@ -130,6 +138,7 @@ def load(path, params, n_weights, stages):
     if stage < len(stages) and not 0 <= step <= stages[stage][1]:
         raise ValueError(f"{where}: step {step} of stage {stage + 1} is outside 0..."
                          f"{stages[stage][1]} (that stage's steps){hint}")
+    best = _best(arrays, leaves, where, hint)
     for i, p in enumerate(leaves):
         p._assign(arrays[f"p{i}"])
     opt = {k[4:]: v for k, v in arrays.items() if k.startswith("opt.") and k != "opt.step"}
@@ -138,8 +147,25 @@ def load(path, params, n_weights, stages):
         stage=stage, step=step, weights=weights,
         history={k[2:]: list(v) for k, v in arrays.items() if k.startswith("h.")},
         opt_state={"step": int(arrays["opt.step"]), "state": opt} if "opt.step" in arrays else None,
-        interior=arrays.get("interior"), rng_state=rng,
+        interior=arrays.get("interior"), rng_state=rng, best=best,
         global_step=int(arrays["global_step"]) if "global_step" in arrays else None)
+
+
+def _best(arrays, leaves, where, hint):
+    """The best model's ``(step, loss, rel_l2, arrays)`` from the file (checked to fit the
+    parameters), or None when it holds none."""
+    if "best.step" not in arrays:
+        return None
+    found = [arrays.get(f"best.p{i}") for i in range(len(leaves))]
+    for i, (a, p) in enumerate(zip(found, leaves)):
+        why = "is missing" if a is None else \
+            f"has shape {a.shape}, not {tuple(p.shape)}" if a.shape != tuple(p.shape) else \
+            "holds non-finite values" if not np.all(np.isfinite(a)) else None
+        if why:
+            raise ValueError(f"{where}: its best model's parameter {i} {why}; the file is "
+                             f"damaged or comes from another network{hint}")
+    return (int(arrays["best.step"]), float(arrays["best.loss"]),
+            float(arrays.get("best.rel_l2", np.nan)), found)
 
 
 __all__ = ["save", "load", "Checkpoint", "FORMAT"]

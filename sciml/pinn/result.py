@@ -17,9 +17,21 @@ class Result:
         time: wall time of the run in seconds.
         path: derivative path used (``'fused'``, ``'generic'`` or ``'autodiff'``).
         path_reason: why that path ran (e.g. the activation the fused kernels lack).
+        best_step: the global step of the best model: the lowest finite training loss among
+            the log lines (every ``log_every`` first-order steps, the last step of each stage,
+            each curvature-optimizer call), DeepXDE's ``train_state.best_step``; None when
+            no loss was logged. ``history['loss']`` at that step is ``best_loss``.
+        best_loss: that loss (``best_loss_train``); None when no loss was logged.
+        best_rel_l2: the best model's relative L2 error vs the reference (None without one).
+        best_params: the best model's network parameters, a pytree like ``params`` (copies,
+            held on the device; equal to ``params`` after ``solve(restore_best=True)``).
+        best_parameters: the trainable PDE coefficients of the best model, dict name -> float.
+        restored_best: True when ``solve(restore_best=True)`` put the best model back into
+            the network: ``params``, ``predict``, ``rel_l2`` and ``parameters`` are its.
     """
 
-    def __init__(self, problem, net, loss, history, errors, wall, grid):
+    def __init__(self, problem, net, loss, history, errors, wall, grid, best=None,
+                 restored_best=False):
         self.problem, self.net, self.history, self.errors, self.time = problem, net, history, errors, wall
         self.params = net.params()
         self.rel_l2 = errors.get("rel_l2", float("nan"))
@@ -27,6 +39,11 @@ class Result:
         self.path_reason = getattr(loss, "path_reason", "")
         self._loss, self._grid = loss, grid
         self.parameters = {k: p.fitted for k, p in problem.parameters.items()}
+        best = best or {}
+        self.best_step, self.best_loss = best.get("step"), best.get("loss")
+        self.best_rel_l2, self.best_params = best.get("rel_l2"), best.get("params")
+        self.best_parameters = best.get("parameters", {})
+        self.restored_best = bool(restored_best and best)
 
     def predict(self, points):
         """Network output (hard constraints applied) at points ``(m, dim)``: numpy ``(m, k)``."""
@@ -47,14 +64,18 @@ class Result:
 
     def __repr__(self):
         extra = "".join(f", {k}={v:.6g}" for k, v in self.parameters.items())
+        if self.best_step is not None:
+            extra += f", best_step={self.best_step}" + (" (restored)" if self.restored_best else "")
         return f"Result(rel_l2={self.rel_l2:.3e}, time={self.time:.1f}s{extra})"
 
 
 class Progress:
     """Passed to callbacks: ``stage``, ``step`` (global), ``loss``, ``rel_l2``, ``terms``
     (dict), ``weights`` (dict), ``parameters`` (fitted PDE coefficients, dict), ``params``,
-    ``elapsed``. A callback returning True stops the run (a checkpoint then records the stage
-    and step, and a resumed run continues there)."""
+    ``elapsed``, ``best_step`` and ``best_loss`` (the best model so far, this step's loss
+    included: ``lambda p: p.step - p.best_step >= 2000`` stops after 2000 steps without a new
+    best, Keras's ``EarlyStopping(patience=...)``). A callback returning True stops the run (a
+    checkpoint then records the stage and step, and a resumed run continues there)."""
 
     def __init__(self, **kw):
         self.__dict__.update(kw)

@@ -30,6 +30,7 @@ from ..autodiff.transforms import vjp
 from . import checkpoint as ckpt
 from . import fused_loss
 from . import sampling
+from .best import BestModel
 from .conditions import PointData
 from .console import Console
 from .problem import Batch, Loss, Problem
@@ -156,7 +157,8 @@ def _blas_threads(n):
 def solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(), checkpoint=None,
           checkpoint_every=1000, resume=True, seed=0, dtype=None, log_every=None,
           verbose: bool = False, progress: bool = True, resample=None, method="lhs",
-          path="auto", loss_transform=None, pde_on_boundary=False, blas_threads=1):
+          path="auto", loss_transform=None, pde_on_boundary=False, blas_threads=1,
+          restore_best=False):
     """Train a PINN: fit ``net`` so that ``problem``'s residual and conditions vanish.
 
     Args:
@@ -210,6 +212,12 @@ def solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(),
             L itself), ``'sqrt'`` (sqrt L) or ``'log'`` (log L), the loss modification of Urban,
             Stefanou & Pons 2024: same minimisers, but the quasi-Newton model stays well scaled
             as L falls by many orders of magnitude. Logged losses are always L.
+        restore_best: at the end, put the best model (the lowest finite training loss at the
+            log lines, tracked always: ``Result.best_step``, ``best_loss``, ``best_params``)
+            back into the network and the trainable coefficients, so that ``Result.params``,
+            ``predict``, ``rel_l2`` and ``parameters`` are the best model's (DeepXDE's
+            ``Best model at step N``, Keras's ``restore_best_weights``). Default False: the
+            last step's parameters.
     Returns:
         :class:`Result`.
     """
@@ -217,7 +225,7 @@ def solve(problem, net, points=4096, stages=None, *, weights=None, callbacks=(),
                checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume, seed=seed,
                dtype=dtype, log_every=log_every, verbose=verbose, progress=progress,
                resample=resample, method=method, path=path, loss_transform=loss_transform,
-               pde_on_boundary=pde_on_boundary)
+               pde_on_boundary=pde_on_boundary, restore_best=restore_best)
     with _blas_threads(blas_threads), _deferred_interrupt() as interrupted:
         run.interrupted = interrupted
         return run.train()
@@ -232,8 +240,12 @@ class _Run:
 
     def __init__(self, problem, net, points, stages, *, weights, callbacks, checkpoint,
                  checkpoint_every, resume, seed, dtype, log_every, verbose, progress, resample,
-                 method, path, loss_transform, pde_on_boundary):
+                 method, path, loss_transform, pde_on_boundary, restore_best):
         from .. import runtime
+        if not isinstance(restore_best, bool):
+            raise TypeError(f"solve(restore_best=...): expected True or False, got "
+                            f"{type(restore_best).__name__} {restore_best!r}.")
+        self.restore_best = restore_best
         if not isinstance(problem, Problem):
             raise TypeError(f"solve: problem must be a sciml.pinn.Problem, got "
                             f"{type(problem).__name__}.")
@@ -270,6 +282,7 @@ class _Run:
         self.params = {"net": net.params(), "pde": self.pde}
         self.leaves_tree = self.params if problem.parameters else {"net": self.params["net"],
                                                                    "pde": {}}
+        self.best = BestModel(self.params)   # the lowest loss at the log lines (best.py)
         self.grid = reference_grid(problem)
         self.history = {k: [] for k in ["step", "loss", *self.names, "rel_l2", "time"]}
         self.step, self.opt_state, self.interrupted = 0, None, lambda: False
@@ -372,13 +385,15 @@ class _Run:
                             terms=terms, err=err, rate=rate, extra=fitted)
         stop = False
         if log:
+            self.best.offer(self.step, value, err)   # before the callbacks: a stop keeps it
             self._tick, self._tick_step = now, self.step
             self.console.line(label, min(k, steps), steps, value, terms, err, rate,
                               self.weighting.w if self.weighting.adaptive else None, fitted)
             info = Progress(stage=si, step=self.step, loss=value, rel_l2=err,
                             terms=dict(zip(self.names, terms)),
                             weights=dict(zip(self.names, self.w_now())), params=self.params,
-                            parameters=fitted, elapsed=now - self.t0)
+                            parameters=fitted, elapsed=now - self.t0,
+                            best_step=self.best.step, best_loss=self.best.loss)
             for cb in self.callbacks:
                 stop = bool(cb(info)) or stop
         stop = stop or self.interrupted()   # a Ctrl-C during this step (the callbacks included)
@@ -450,7 +465,7 @@ class _Run:
         if self.checkpoint:
             ckpt.save(self.checkpoint, self.params, stage, step, self.weighting.state(),
                       self.history, opt, interior=self.loss.batch.interior, rng=self.rng,
-                      global_step=self.step)
+                      global_step=self.step, best=self.best.state())
 
     def _resume(self):
         """Load the checkpoint if there is one: ``(stage, step)`` to start from."""
@@ -459,6 +474,7 @@ class _Run:
         if found:
             c = ckpt.load(path, self.params, len(self.names), self.stages)
             self.weighting.load(c.weights)
+            self.best.load(c.best)
             self.history.update({k: list(v) for k, v in c.history.items() if k in self.history})
             self.opt_state = c.opt_state
             self.step = c.global_step if c.global_step is not None else \
@@ -487,20 +503,33 @@ class _Run:
 
     def _finish(self, stopped, si):
         wall = time.perf_counter() - self.t0
+        best = self.best
+        if self.restore_best:
+            best.restore()   # the network and the coefficients hold the best model
         for k, v in _fitted(self.problem, self.pde).items():
             self.problem.parameters[k].fitted = v
         errs = errors(self.loss, self.params, self.grid)
         history = {**self.history, **self.marks}     # stage switches and resamplings, drawn by plot()
-        result = Result(self.problem, self.net, self.loss, history, errs, wall, self.grid)
-        msg = f"{self.problem.name}: "
-        msg += f"relative L2 error {errs['rel_l2']:.3e}, " if errs else \
-            f"loss {self.history['loss'][-1]:.3e}, " if self.history["loss"] else ""
+        result = Result(self.problem, self.net, self.loss, history, errs, wall, self.grid,
+                        best=best.summary(
+                            lambda tree: _fitted(self.problem, tree["pde"]),
+                            lambda tree: errors(self.loss, tree, self.grid).get("rel_l2"),
+                            errs.get("rel_l2") if self.restore_best else None),
+                        restored_best=self.restore_best)
+        restored = self.restore_best and best.found
+        head = f"relative L2 error {errs['rel_l2']:.3e}" if errs else \
+            f"loss {best.loss if restored else self.history['loss'][-1]:.3e}" \
+            if self.history["loss"] else ""
+        head += best.restored_note(self.step, bool(errs)) if restored else ""
+        msg = f"{self.problem.name}: " + (head + ", " if head else "")
         msg += "".join(f"{k} = {v:.6g}, " for k, v in result.parameters.items())
         msg += f"{wall:.1f} s ({result.path} derivatives)"
         if stopped:
             msg += f"; stopped at step {self._pos[1]} of stage {si + 1}"
             if self.checkpoint:
                 msg += f" (resume from {self.checkpoint})"
+        if best.found and self.console.verbose:   # DeepXDE's closing line
+            self.console.note(best.deepxde_line(result.best_rel_l2))
         self.console.close(msg)
         if self.interrupted():
             raise KeyboardInterrupt(f"solve: interrupted at stage {si + 1}, step {self._pos[1]}"

@@ -10,6 +10,7 @@ A stage is ``(optimizer, steps)``. :func:`run_stage` picks the runner:
 Each runner starts at step ``first`` of its stage (a resumed run), reports every step to
 ``run.after_step`` (which resamples, records, logs, calls the callbacks and checkpoints) and
 returns ``(steps_done, stopped)``: ``stopped`` when a callback or Ctrl-C asked to stop.
+The losses of the log lines go to ``run.best`` (best.py: the best model so far).
 """
 import os
 
@@ -46,13 +47,15 @@ def run_first_order(run, si, opt, steps, first):
     every = run.log_every or max(1, steps // 20)
     k = first
     while k < steps:
+        log_line = (k + 1) % every == 0 or k + 1 == steps
+        if log_line:   # this step's loss will be read: keep the parameters it is evaluated at
+            run.best.take(run.step + 1)   # (device copies; none between log lines)
         (value, terms), grads = _gradient(run)(run.params)
         opt.step(grads)
         k += 1
         if run.weighting.adaptive:
             run.weighting.update(k, run.term_grad_norms)
-        if run.after_step(si, opt, k, steps, 1, value, terms,   # read later: run.defer
-                          log=k % every == 0 or k == steps):
+        if run.after_step(si, opt, k, steps, 1, value, terms, log=log_line):   # read later: run.defer
             return k, True
     return k, False
 
