@@ -61,7 +61,9 @@ def _best_sciml():
         stages = k.get("stages", a[1] if len(a) > 1 else None)
         if stages and k.get("log_every") is None:
             k["log_every"] = max(1, int(stages[0][1]) // 10)
-        return solve(problem, net, *a, restore_best=True, **k)
+        res = solve(problem, net, *a, restore_best=True, **k)
+        print(f"READOUT best model at step {res.best_step}, loss {res.best_loss:.3e}")
+        return res
 
     P.solve = wrapped
 
