@@ -128,3 +128,15 @@ def test_readout_best_restores_deepxdes_best_snapshot(tmp_path):
     import re
     ours = re.search(r"READOUT best model at step (\d+)", out).group(1)
     assert re.search(r"Best model at step (\d+)", out).group(1) == ours   # DeepXDE's own summary
+
+
+def test_adam_spikes_statistics():
+    # benchmarks/adam_spikes.py: the second half's share of steps above 10x the running minimum,
+    # and spikes counted once per rise
+    from benchmarks.adam_spikes import late_stats
+    loss = np.r_[np.geomspace(1.0, 1e-3, 100), np.full(100, 1e-3)]
+    loss[150:160] = 1.0          # one spike of 10 steps in the second half
+    loss[180] = 5e-3             # a bump under 10x: not a spike
+    s = late_stats(loss)
+    assert s["spikes"] == 1 and s["in_spike"] == pytest.approx(10 / 100) and s["last"] == 1e-3
+    assert s["median"] == 1e-3
