@@ -116,6 +116,9 @@ def add_parser(subparsers):
     p.add_argument("--log-every", type=_positive("a number of steps >= 1"), default=None, metavar="N",
                    help="steps between progress updates and --verbose table rows "
                    "(default: about 20 a stage)")
+    p.add_argument("--restore-best", action="store_true",
+                   help="end with the best model (the logged step with the lowest training loss, "
+                   "DeepXDE's 'Best model at step N') instead of the last step's parameters")
     talk = p.add_mutually_exclusive_group()
     talk.add_argument("--verbose", action="store_true",
                       help="print the per-interval table (loss terms, error, steps/s) instead "
@@ -195,11 +198,13 @@ def run(args):
     if not args.quiet:
         print(header, flush=True)
     result = setup.run(steps=steps, points=points, seed=args.seed, dtype=args.dtype, sizes=sizes,
-                       optimizer=optimizer, log_every=args.log_every, loss_transform=transform, **talk)
+                       optimizer=optimizer, log_every=args.log_every, loss_transform=transform,
+                       restore_best=args.restore_best, **talk)
     if args.quiet or not shows_summary:   # else solve's own summary line said it
         max_abs = result.errors.get("max_abs", float("nan"))
         print(f"{args.problem}: relative L2 error {result.rel_l2:.3e}, max abs error {max_abs:.3e}, "
-              f"{result.time:.1f} s ({result.path} derivatives)", flush=True)
+              f"{result.time:.1f} s ({result.path} derivatives)"
+              + (f", best model at step {result.best_step}" if args.restore_best else ""), flush=True)
     if args.plot and dist.is_main():
         result.plot(args.plot)
         if not args.quiet:

@@ -104,3 +104,12 @@ def test_verbose_reaches_solve(monkeypatch, capsys):
     with pytest.raises(Stop):
         main(["solve", "heat", "--dtype", "float64", "--verbose", "--steps", "1,1", "--log-every", "5"])
     assert seen["verbose"] is True and seen["log_every"] == 5 and seen["steps"] == (1, 1)
+
+
+def test_restore_best_reaches_solve_and_the_result_line(capsys):
+    rc = main(["solve", "poisson", "--dtype", "float64", "--steps", "20,0", "--points", "32",
+               "--net", "4x1", "--quiet", "--restore-best", "--log-every", "5"])
+    assert rc == 0
+    line = _result_line(capsys.readouterr().out, "poisson")
+    step = int(line.rsplit("best model at step ", 1)[1])
+    assert 1 <= step <= 20
