@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # One CUDA session on a lent GPU machine (docs/perf.md, "CUDA"): the correctness pass, the launch
-# counts, the W2/W3 step against PyTorch and JAX on the same GPU, and the README's main job.
+# counts, the W2/W3 step against PyTorch and JAX on the same GPU, the README's main job, and
+# (optionally) DeepXDE rows at their own iterations, both libraries on the GPU.
 #
-#   bash benchmarks/cuda_session.sh [OUTDIR]       # from the repository root; logs land in OUTDIR
+#   bash benchmarks/cuda_session.sh [OUTDIR]                                  # checks, bench, main
+#   STAGES="checks main" DEEPXDE_ROWS=kovasznay_flow bash benchmarks/cuda_session.sh OUTDIR
 #
 # Taichi is not on the device image: carry its wheel (`pip download taichi==1.7.4 dill` for the
-# machine's Python into .whl/) and this script installs it into /tmp/site. Each stage has its own
-# time cap so one hang cannot eat the lease; the correctness stages run side by side (they time
-# nothing), the benchmarks run alone.
+# machine's Python into .whl/; for DEEPXDE_ROWS also deepxde==1.15.0 scikit-optimize pyaml) and this
+# script installs them into /tmp/site. Each stage has its own time cap so one hang cannot eat the
+# lease; the correctness stages run side by side (they time nothing); the W2/W3 bench runs alone.
+# DeepXDE rows: DeepXDE (PyTorch on the GPU, its backend's default) and the sciml port (arch=cuda)
+# from the same initial weights, run at the same time, KOV_CAP seconds each (default 470).
 set -u
 OUT=${1:-${OUT:-/tmp/cuda_out}}
+STAGES=${STAGES-checks bench main}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export TI_OFFLINE_CACHE_FILE_PATH=/tmp/ticache-cuda
@@ -19,6 +24,7 @@ if [ -d .whl ]; then
 fi
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 {
     nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
     python3 -c "import sys, taichi, numpy, torch; print(sys.version.split()[0], 'taichi', taichi.__version__, 'numpy', numpy.__version__, 'torch', torch.__version__)"
@@ -26,18 +32,46 @@ stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
-stamp "correctness + counts + main job (side by side)"
-SCIML_ARCH=cuda timeout 200 python3 tests/cuda_check.py f32 > "$OUT/check_f32.log" 2>&1 &
-SCIML_ARCH=cuda timeout 200 python3 tests/cuda_check.py f64 > "$OUT/check_f64.log" 2>&1 &
-SCIML_ARCH=cuda timeout 200 python3 tests/launch_budget_check.py w2_bench w2_bench_fused solve_adam lbfgs_iter \
-    > "$OUT/budget.log" 2>&1 &
-wait
-for f in check_f32 check_f64 budget; do stamp "$f: $(grep -E '^(OK|FAIL|COUNTS)' "$OUT/$f.log" | cut -c1-400 || true)"; tail -n 25 "$OUT/$f.log" | grep -iE "error|exception|Traceback" | head -5; done
+pids=()
+for row in ${DEEPXDE_ROWS:-}; do   # both libraries of a row at once, DeepXDE's weights first
+    cap=${KOV_CAP:-470}
+    stamp "DeepXDE row $row (own iterations, both on the GPU, ${cap} s cap each)"
+    (DDE_BACKEND=pytorch OMP_NUM_THREADS=1 timeout $cap python3 -m benchmarks._same_init dump "$OUT/${row}_init.npz" \
+        "examples/deepxde/dde/$row.py" > "$OUT/${row}_deepxde.log" 2>&1; echo "rc=$?" >> "$OUT/${row}_deepxde.log") &
+    pids+=($!)
+    for _ in $(seq 120); do [ -s "$OUT/${row}_init.npz" ] && break; sleep 1; done
+    (SCIML_ARCH=cuda OMP_NUM_THREADS=1 timeout $cap python3 -m benchmarks._same_init load "$OUT/${row}_init.npz" \
+        "examples/deepxde/$row.py" > "$OUT/${row}_sciml.log" 2>&1; echo "rc=$?" >> "$OUT/${row}_sciml.log") &
+    pids+=($!)
+done
 
-stamp "W2/W3 step: sciml (eager, jit) vs PyTorch eager and JAX jit on the GPU"
-timeout 200 python3 -m benchmarks.bench_w2_w3 --arch cuda --jit --no-cpu --rounds 2 --repeat 20 --warmup 3 \
-    > "$OUT/w2w3.log" 2>&1; stamp "bench rc=$?"; tail -n 30 "$OUT/w2w3.log"
+if has checks; then
+    stamp "correctness + counts (side by side)"
+    SCIML_ARCH=cuda timeout 200 python3 tests/cuda_check.py f32 > "$OUT/check_f32.log" 2>&1 &
+    a=$!
+    SCIML_ARCH=cuda timeout 200 python3 tests/cuda_check.py f64 > "$OUT/check_f64.log" 2>&1 &
+    b=$!
+    SCIML_ARCH=cuda timeout 200 python3 tests/launch_budget_check.py w2_bench w2_bench_fused solve_adam lbfgs_iter \
+        > "$OUT/budget.log" 2>&1 &
+    c=$!
+    wait $a $b $c
+    for f in check_f32 check_f64 budget; do stamp "$f: $(grep -E '^(OK|FAIL|COUNTS)' "$OUT/$f.log" | cut -c1-400 || true)"; tail -n 25 "$OUT/$f.log" | grep -iE "error|exception|Traceback" | head -5; done
+fi
 
-stamp "the README main job on CUDA"
-timeout 150 python3 -m sciml.cli solve burgers --arch cuda --plot "$OUT/burgers_cuda.png" > "$OUT/burgers.log" 2>&1
-stamp "main job rc=$?"; tail -n 8 "$OUT/burgers.log"
+if has bench; then
+    stamp "W2/W3 step: sciml (eager, jit) vs PyTorch eager and JAX jit on the GPU"
+    timeout 200 python3 -m benchmarks.bench_w2_w3 --arch cuda --jit --no-cpu --rounds 2 --repeat 20 --warmup 3 \
+        > "$OUT/w2w3.log" 2>&1; stamp "bench rc=$?"; tail -n 30 "$OUT/w2w3.log"
+fi
+
+if has main; then
+    stamp "the README main job on CUDA"
+    timeout 150 python3 -m sciml.cli solve burgers --arch cuda --plot "$OUT/burgers_cuda.png" > "$OUT/burgers.log" 2>&1
+    stamp "main job rc=$?"; tail -n 3 "$OUT/burgers.log"
+fi
+
+for p in "${pids[@]}"; do wait "$p"; done
+for row in ${DEEPXDE_ROWS:-}; do
+    stamp "$row: DeepXDE $(grep -E '^RESULT|^rc=' "$OUT/${row}_deepxde.log" | tr '\n' ' ')"
+    stamp "$row: sciml $(grep -E 'relative L2 error|^rc=' "$OUT/${row}_sciml.log" | tail -n 2 | tr '\n' ' ')"
+done
