@@ -5,6 +5,7 @@
 #
 #   bash benchmarks/cuda_session.sh [OUTDIR]                                  # checks, bench, main
 #   STAGES="checks main" DEEPXDE_ROWS=kovasznay_flow bash benchmarks/cuda_session.sh OUTDIR
+#   STAGES="repeat" ...     # the same short solve twice: are GPU runs bitwise repeatable?
 #
 # Taichi is not on the device image: carry its wheel (`pip download taichi==1.7.4 dill` for the
 # machine's Python into .whl/; for DEEPXDE_ROWS also deepxde==1.15.0 scikit-optimize pyaml) and this
@@ -68,6 +69,14 @@ if has main; then
     stamp "the README main job on CUDA"
     timeout 150 python3 -m sciml.cli solve burgers --arch cuda --plot "$OUT/burgers_cuda.png" > "$OUT/burgers.log" 2>&1
     stamp "main job rc=$?"; tail -n 3 "$OUT/burgers.log"
+fi
+
+if has repeat; then   # are two runs of the same command bitwise alike on the GPU? (on the CPU they are)
+    stamp "repeatability: the same short solve twice"
+    for i in 1 2; do
+        timeout 120 python3 -m sciml.cli solve burgers --arch cuda --steps 300,50 --quiet > "$OUT/repeat_$i.log" 2>&1
+    done
+    stamp "repeat: $(tail -n 1 "$OUT/repeat_1.log" | cut -d, -f1) | $(tail -n 1 "$OUT/repeat_2.log" | cut -d, -f1)"
 fi
 
 for p in "${pids[@]}"; do wait "$p"; done
