@@ -5,7 +5,7 @@
 #
 #   bash benchmarks/cuda_session.sh [OUTDIR]                                  # checks, bench, main
 #   STAGES="checks main" DEEPXDE_ROWS=kovasznay_flow bash benchmarks/cuda_session.sh OUTDIR
-#   STAGES="repeat" ...     # the same short solve twice: are GPU runs bitwise repeatable?
+#   STAGES="repeat" ...     # ops, a step, a solve twice (tests/repeat_check.py): are GPU runs bitwise repeatable?
 #
 # Taichi is not on the device image: carry its wheel (`pip download taichi==1.7.4 dill` for the
 # machine's Python into .whl/; for DEEPXDE_ROWS also deepxde==1.15.0 scikit-optimize pyaml) and this
@@ -72,11 +72,20 @@ if has main; then
 fi
 
 if has repeat; then   # are two runs of the same command bitwise alike on the GPU? (on the CPU they are)
-    stamp "repeatability: the same short solve twice"
-    for i in 1 2; do
-        timeout 120 python3 -m sciml.cli solve burgers --arch cuda --steps 300,50 --quiet > "$OUT/repeat_$i.log" 2>&1
+    stamp "repeatability: ops, a W2 step and a short solve, each twice in one process (tests/repeat_check.py)"
+    for i in 1 2; do   # the first with a cold Taichi cache, the second loads the kernels the first compiled
+        TI_OFFLINE_CACHE_FILE_PATH=/tmp/ticache-rep SCIML_ARCH=cuda timeout 150 python3 tests/repeat_check.py \
+            --dump "$OUT/repeat_$i.npz" > "$OUT/repeat_check_$i.log" 2>&1
+        stamp "repeat_check $i rc=$?"; tail -n 1 "$OUT/repeat_check_$i.log" | cut -c1-1500
     done
-    stamp "repeat: $(tail -n 1 "$OUT/repeat_1.log" | cut -d, -f1) | $(tail -n 1 "$OUT/repeat_2.log" | cut -d, -f1)"
+    stamp "across the two processes: $(python3 tests/repeat_check.py --compare "$OUT/repeat_1.npz" "$OUT/repeat_2.npz" 2>&1 | tail -n 1)"
+    stamp "the same short solve in separate processes: two Taichi caches, each cold then warm; then a fixed hash seed"
+    for run in A:1 B:1 A:2 B:2 A:3:0 B:3:0; do
+        IFS=: read -r c k h <<< "$run"
+        PYTHONHASHSEED=${h:-random} TI_OFFLINE_CACHE_FILE_PATH=/tmp/ticache-solve$c timeout 100 \
+            python3 -m sciml.cli solve burgers --arch cuda --steps 300,50 --quiet > "$OUT/solve_$c$k.log" 2>&1
+        stamp "solve cache $c run $k hashseed ${h:-random}: $(tail -n 1 "$OUT/solve_$c$k.log" | cut -c1-120)"
+    done
 fi
 
 for p in "${pids[@]}"; do wait "$p"; done

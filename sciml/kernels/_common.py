@@ -19,6 +19,41 @@ LOCK = runtime.LAUNCH_LOCK  # held by every Taichi kernel call and launch (runti
 runtime.on_shutdown(_cache.clear)  # compiled kernels and contexts go before Taichi's program at exit
 
 
+REDUCE_CHUNK = 4096  # elements per partial of an ordered reduction (see scratch): fixed, so its bits depend on n only
+_scratch: dict = {}
+runtime.on_shutdown(_scratch.clear)
+
+
+def chunks(n: int) -> int:
+    """Partials of an ordered reduction over ``n`` elements: ceil(n / REDUCE_CHUNK), at least 1."""
+    return max(1, -(-int(n) // REDUCE_CHUNK))
+
+
+def scratch(n: int, dtype: str):
+    """A buffer of at least ``n`` elements for a reduction's partial sums, kept per thread and dtype
+    (launches from one thread run in order, so one buffer serves every reduction of that thread).
+
+    Why partials: a ``+=`` into one location inside a parallel loop compiles to atomic adds, whose
+    order (hence the rounding of a float sum) changes from run to run on a GPU and on the CPU's
+    thread pool. Ordered form (kernels/lbfgs.py, kernels/optim.py ``sumsq``): each of ``chunks(n)``
+    iterations sums its REDUCE_CHUNK elements in order into the scratch, then one more task adds
+    the partials in order. The same bits on every run, serial or parallel, on every arch; up to
+    REDUCE_CHUNK elements the same bits as one sequential loop. Allocated outside any sciml.jit trace
+    (a persistent buffer, as backend.meta's)."""
+    import threading
+    key = (threading.get_ident(), dtype)
+    buf = _scratch.get(key)
+    if buf is None or buf.shape[0] < n:
+        size = 1 << max(6, (int(n) - 1).bit_length())
+        saved, TRACE[0] = TRACE[0], None
+        try:
+            buf = backend.zeros(size, dtype)
+        finally:
+            TRACE[0] = saved
+        _scratch[key] = buf
+    return buf
+
+
 def host_call(fn, *args):
     """Run ``fn(*args)``, a computation on buffers outside Taichi (the CPU BLAS): while sciml.jit
     traces, the call is recorded so that a replay runs it again."""

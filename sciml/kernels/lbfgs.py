@@ -5,12 +5,19 @@ axpys and dot products plus the L-BFGS two-loop recursion over an (m, n) history
 Each function here is one launch (the two-loop recursion is one launch on CPU, where
 it runs serialized; on devices, where a serialized loop is forbidden, it is 2 launches
 per history pair with parallel loops).
+
+Every dot product is an ordered reduction (``_common.scratch``): partial sums over fixed chunks of
+CH elements, then the partials added in order by one more task of the same launch. A ``+=`` into
+one location from a parallel loop would compile to atomic adds, whose order changes from run to
+run on a GPU: two runs of the same L-BFGS or BFGS solve on an H200 ended at different errors
+(tests/repeat_check.py). Up to CH elements the bits are those of one sequential loop.
 """
 from .. import backend
 from . import _common as C
 
 
 SERIAL_TWO_LOOP = 1 << 22   # n * history below which the whole recursion is one serial CPU launch
+CH = C.REDUCE_CHUNK          # elements per partial of the ordered reductions (_common.scratch: no atomic sums)
 
 
 def _par(n):
@@ -43,60 +50,98 @@ def _build_axpy(dtype, serial):
     return k
 
 
+_FUNCS = []
+
+
+def _combine_func():
+    """``_combine(part, out, o, nch, w, mx)``: out[o + j] = the in-order sum over chunks of part[ch * w + j]
+    for j < w (the max for j == mx; mx = -1: none)."""
+    if not _FUNCS:
+        ti = C.ti()
+
+        @ti.func
+        def combine(part: ti.template(), out: ti.template(), o, nch, w: ti.template(), mx: ti.template()):
+            for j in ti.static(range(w)):
+                acc = part[j]
+                for ch in range(1, nch):
+                    if ti.static(j == mx):
+                        acc = ti.max(acc, part[ch * w + j])
+                    else:
+                        acc += part[ch * w + j]
+                out[o + j] = acc
+        _FUNCS.append(combine)
+    return _FUNCS[0]
+
+
 def dots(a, b, c, out, n: int, dtype: str):
     """out[0] = a.b, out[1] = a.c, out[2] = b.b (in ``acc_dtype``), out[3] = max |b|, out[4] = sum |b| (5 entries)."""
-    serial = _par(n)
+    serial, nch = _par(n), C.chunks(n)
     k = C.cached(("opt_dots", dtype, serial), lambda: _build_dots(dtype, serial))
-    k(a, b, c, out, n)
+    k(a, b, c, out, C.scratch(5 * nch, acc_dtype(dtype)), n, nch)
 
 
 def _build_dots(dtype, serial):
     ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
     FT = backend.ti_dtype(acc_dtype(dtype))
+    combine = _combine_func()
 
     @ti.kernel
-    def k(a: A, b: A, c: A, out: F, n: ti.i32):
+    def k(a: A, b: A, c: A, out: F, part: F, n: ti.i32, nch: ti.i32):
         ti.loop_config(serialize=serial)
-        for j in range(5):
-            out[j] = 0.0
-        ti.loop_config(serialize=serial)
-        for i in range(n):
-            bi = ti.cast(b[i], FT)
-            out[0] += ti.cast(a[i], FT) * bi
-            out[1] += ti.cast(a[i], FT) * ti.cast(c[i], FT)
-            out[2] += bi * bi
-            ti.atomic_max(out[3], ti.abs(bi))
-            out[4] += ti.abs(bi)
+        for ch in range(nch):
+            s0 = ti.cast(0.0, FT)
+            s1, s2, mx, s4 = s0, s0, s0, s0
+            for i in range(ch * CH, ti.min(n, ch * CH + CH)):
+                bi = ti.cast(b[i], FT)
+                s0 += ti.cast(a[i], FT) * bi
+                s1 += ti.cast(a[i], FT) * ti.cast(c[i], FT)
+                s2 += bi * bi
+                mx = ti.max(mx, ti.abs(bi))
+                s4 += ti.abs(bi)
+            part[5 * ch] = s0
+            part[5 * ch + 1] = s1
+            part[5 * ch + 2] = s2
+            part[5 * ch + 3] = mx
+            part[5 * ch + 4] = s4
+        for _ in range(1):
+            combine(part, out, 0, nch, 5, 3)
     return k
 
 
 def push_pair(x_new, x, g_new, g, S, Y, slot: int, out, n: int, dtype: str):
     """S[slot] = x_new - x, Y[slot] = g_new - g; out = [s.y, y.y, s.s, max|s|] (``acc_dtype``)."""
-    serial = _par(n)
+    serial, nch = _par(n), C.chunks(n)
     k = C.cached(("opt_push", dtype, serial), lambda: _build_push(dtype, serial))
-    k(x_new, x, g_new, g, S, Y, slot, out, n)
+    k(x_new, x, g_new, g, S, Y, slot, out, C.scratch(4 * nch, acc_dtype(dtype)), n, nch)
 
 
 def _build_push(dtype, serial):
     ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
     FT = backend.ti_dtype(acc_dtype(dtype))
+    combine = _combine_func()
 
     @ti.kernel
-    def k(x_new: A, x: A, g_new: A, g: A, S: A, Y: A, slot: ti.i32, out: F, n: ti.i32):
+    def k(x_new: A, x: A, g_new: A, g: A, S: A, Y: A, slot: ti.i32, out: F, part: F, n: ti.i32, nch: ti.i32):
         ti.loop_config(serialize=serial)
-        for j in range(4):
-            out[j] = 0.0
-        ti.loop_config(serialize=serial)
-        for i in range(n):
-            s = x_new[i] - x[i]
-            y = g_new[i] - g[i]
-            S[slot * n + i] = s
-            Y[slot * n + i] = y
-            sd, yd = ti.cast(s, FT), ti.cast(y, FT)
-            out[0] += sd * yd
-            out[1] += yd * yd
-            out[2] += sd * sd
-            ti.atomic_max(out[3], ti.abs(sd))
+        for ch in range(nch):
+            s0 = ti.cast(0.0, FT)
+            s1, s2, mx = s0, s0, s0
+            for i in range(ch * CH, ti.min(n, ch * CH + CH)):
+                s = x_new[i] - x[i]
+                y = g_new[i] - g[i]
+                S[slot * n + i] = s
+                Y[slot * n + i] = y
+                sd, yd = ti.cast(s, FT), ti.cast(y, FT)
+                s0 += sd * yd
+                s1 += yd * yd
+                s2 += sd * sd
+                mx = ti.max(mx, ti.abs(sd))
+            part[4 * ch] = s0
+            part[4 * ch + 1] = s1
+            part[4 * ch + 2] = s2
+            part[4 * ch + 3] = mx
+        for _ in range(1):
+            combine(part, out, 0, nch, 4, 3)
     return k
 
 
@@ -115,13 +160,15 @@ def two_loop(g, S, Y, rho, alpha, d, order, used: int, gamma: float, n: int, dty
         return
     ks = {name: C.cached(("opt_twoloop_dev", name, dtype), lambda name=name: _build_two_loop_device(dtype)[name])
           for name in ("neg", "scale", "dot", "axpy1", "axpy2")}
+    nch = C.chunks(n)
+    part = C.scratch(nch, acc_dtype(dtype))
     ks["neg"](g, d, n)
     for j in range(used - 1, -1, -1):
-        ks["dot"](S, d, rho, alpha, order, j, n)       # alpha_j = rho_j s_j.q
+        ks["dot"](S, d, rho, alpha, order, part, j, n, nch)       # alpha_j = rho_j s_j.q
         ks["axpy1"](Y, d, alpha, order, j, n)          # q -= alpha_j y_j
     ks["scale"](d, float(gamma), n)
     for j in range(used):
-        ks["dot"](Y, d, rho, alpha, order, j + 1000000, n)  # beta_j = rho_j y_j.r, kept in alpha[m + slot]
+        ks["dot"](Y, d, rho, alpha, order, part, j + 1000000, n, nch)  # beta_j = rho_j y_j.r, kept in alpha[m + slot]
         ks["axpy2"](S, d, alpha, order, j, n)          # r += s_j (alpha_j - beta_j)
     if out is not None:
         dots(g, d, d, out, n, dtype)
@@ -191,15 +238,20 @@ def _build_two_loop_device(dtype):
             d[i] *= ti.cast(gamma, T)
 
     @ti.kernel
-    def dot(M: A, d: A, rho: F, alpha: F, order: I, jcode: ti.i32, n: ti.i32):
+    def dot(M: A, d: A, rho: F, alpha: F, order: I, part: F, jcode: ti.i32, n: ti.i32, nch: ti.i32):
         # jcode < BIG: alpha[r] (first loop); jcode >= BIG: alpha[m + r] (beta, second loop)
+        for ch in range(nch):
+            r = order[jcode % BIG]
+            acc = ti.cast(0.0, FT)
+            for i in range(ch * CH, ti.min(n, ch * CH + CH)):
+                acc += ti.cast(M[r * n + i], FT) * ti.cast(d[i], FT)
+            part[ch] = acc
         for _ in range(1):
             r0 = order[jcode % BIG]
-            alpha[ti.select(jcode < BIG, r0, order.shape[0] + r0)] = ti.cast(0.0, FT)
-        for i in range(n):
-            r = order[jcode % BIG]
-            dst = ti.select(jcode < BIG, r, order.shape[0] + r)
-            alpha[dst] += rho[r] * ti.cast(M[r * n + i], FT) * ti.cast(d[i], FT)
+            acc = part[0]
+            for ch in range(1, nch):
+                acc += part[ch]
+            alpha[ti.select(jcode < BIG, r0, order.shape[0] + r0)] = rho[r0] * acc
 
     @ti.kernel
     def axpy1(Y: A, d: A, alpha: F, order: I, j: ti.i32, n: ti.i32):
@@ -268,28 +320,35 @@ def _build_bfgs(dtype, serial):
 
 def cg_step(p, r, d, Hd, alpha: float, out, n: int, dtype: str):
     """In place: p += alpha d, r -= alpha Hd; out[0] = r.r, out[1] = sum |r| (``acc_dtype``)."""
-    serial = _par(n)
+    serial, nch = _par(n), C.chunks(n)
     k = C.cached(("opt_cg", dtype, serial), lambda: _build_cg(dtype, serial))
-    k(p, r, d, Hd, float(alpha), out, n)
+    k(p, r, d, Hd, float(alpha), out, C.scratch(2 * nch, acc_dtype(dtype)), n, nch)
 
 
 def _build_cg(dtype, serial):
     ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
     T = backend.ti_dtype(dtype)
     FT = backend.ti_dtype(acc_dtype(dtype))
+    combine = _combine_func()
 
     @ti.kernel
-    def k(p: A, r: A, d: A, Hd: A, alpha: FT, out: F, n: ti.i32):
+    def k(p: A, r: A, d: A, Hd: A, alpha: FT, out: F, part: F, n: ti.i32, nch: ti.i32):
         ti.loop_config(serialize=serial)
-        for j in range(4):
-            out[j] = ti.cast(0.0, FT)
-        ti.loop_config(serialize=serial)
-        for i in range(n):
-            p[i] += ti.cast(alpha, T) * d[i]
-            ri = r[i] - ti.cast(alpha, T) * Hd[i]
-            r[i] = ri
-            out[0] += ti.cast(ri, FT) * ti.cast(ri, FT)
-            out[1] += ti.abs(ti.cast(ri, FT))
+        for ch in range(nch):
+            s0 = ti.cast(0.0, FT)
+            s1 = s0
+            for i in range(ch * CH, ti.min(n, ch * CH + CH)):
+                p[i] += ti.cast(alpha, T) * d[i]
+                ri = r[i] - ti.cast(alpha, T) * Hd[i]
+                r[i] = ri
+                s0 += ti.cast(ri, FT) * ti.cast(ri, FT)
+                s1 += ti.abs(ti.cast(ri, FT))
+            part[2 * ch] = s0
+            part[2 * ch + 1] = s1
+        for _ in range(1):
+            combine(part, out, 0, nch, 2, -1)
+            out[2] = ti.cast(0.0, FT)
+            out[3] = ti.cast(0.0, FT)
     return k
 
 
@@ -332,27 +391,38 @@ def lbfgs_direction(g, S, Y, st, ist, alpha, d, R, m: int, n: int, dtype: str):
     """ONE launch: d = -H g by the two-loop recursion over the ``ist[m]`` pairs in use (d = -g when
     none), then R[R_GTD] = g.d, R[R_DINF] = max |d|, R[R_USED] = pairs used. The loops over the
     history are unrolled (m is static), each pair's reductions and updates are parallel loops."""
+    nch = C.chunks(n)
     k = C.cached(("lbfgs_dir_dev", dtype, m), lambda: _build_lbfgs_direction(dtype, m))
-    k(g, S, Y, st, ist, alpha, d, R, n)
+    k(g, S, Y, st, ist, alpha, d, R, C.scratch(2 * nch, acc_dtype(dtype)), n, nch)
 
 
 def _build_lbfgs_direction(dtype, m):
     ti, A, F, I = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype)), C.arr("int32")
     T = backend.ti_dtype(dtype)
     FT = backend.ti_dtype(acc_dtype(dtype))
+    combine = _combine_func()
 
     @ti.kernel
-    def k(g: A, S: A, Y: A, st: F, ist: I, alpha: F, d: A, R: F, n: ti.i32):
+    def k(g: A, S: A, Y: A, st: F, ist: I, alpha: F, d: A, R: F, part: F, n: ti.i32, nch: ti.i32):
         for i in range(n):
             d[i] = -g[i]
         for j in range(2 * m):
             alpha[j] = ti.cast(0.0, FT)
         for jj in ti.static(range(m)):          # q -= alpha_j y_j, newest first
-            for i in range(n):
+            for ch in range(nch):
                 used = ist[m]
                 if jj < used:
                     r = ist[used - 1 - jj]
-                    alpha[r] += st[r] * ti.cast(S[r * n + i], FT) * ti.cast(d[i], FT)
+                    acc = ti.cast(0.0, FT)
+                    for i in range(ch * CH, ti.min(n, ch * CH + CH)):
+                        acc += ti.cast(S[r * n + i], FT) * ti.cast(d[i], FT)
+                    part[ch] = acc
+            for _ in range(1):
+                used = ist[m]
+                if jj < used:
+                    r = ist[used - 1 - jj]
+                    combine(part, alpha, r, nch, 1, -1)
+                    alpha[r] *= st[r]
             for i in range(n):
                 used = ist[m]
                 if jj < used:
@@ -362,21 +432,33 @@ def _build_lbfgs_direction(dtype, m):
             if ist[m] > 0:
                 d[i] *= ti.cast(st[m], T)
         for jj in ti.static(range(m)):          # r += s_j (alpha_j - beta_j), oldest first
-            for i in range(n):
+            for ch in range(nch):
                 if jj < ist[m]:
                     r = ist[jj]
-                    alpha[m + r] += st[r] * ti.cast(Y[r * n + i], FT) * ti.cast(d[i], FT)
+                    acc = ti.cast(0.0, FT)
+                    for i in range(ch * CH, ti.min(n, ch * CH + CH)):
+                        acc += ti.cast(Y[r * n + i], FT) * ti.cast(d[i], FT)
+                    part[ch] = acc
+            for _ in range(1):
+                if jj < ist[m]:
+                    r = ist[jj]
+                    combine(part, alpha, m + r, nch, 1, -1)
+                    alpha[m + r] *= st[r]
             for i in range(n):
                 if jj < ist[m]:
                     r = ist[jj]
                     d[i] += ti.cast(alpha[r] - alpha[m + r], T) * S[r * n + i]
-        for j in range(3):
-            R[R_GTD + j - 1] = ti.cast(0.0, FT)     # R_USED, R_GTD, R_DINF
-        for i in range(n):
-            di = ti.cast(d[i], FT)
-            R[R_GTD] += ti.cast(g[i], FT) * di
-            ti.atomic_max(R[R_DINF], ti.abs(di))
+        for ch in range(nch):
+            s0 = ti.cast(0.0, FT)
+            mx = s0
+            for i in range(ch * CH, ti.min(n, ch * CH + CH)):
+                di = ti.cast(d[i], FT)
+                s0 += ti.cast(g[i], FT) * di
+                mx = ti.max(mx, ti.abs(di))
+            part[2 * ch] = s0
+            part[2 * ch + 1] = mx
         for _ in range(1):
+            combine(part, R, R_GTD, nch, 2, 1)     # R_GTD, R_DINF
             R[R_USED] = ti.cast(ist[m], FT)
     return k
 
@@ -386,16 +468,18 @@ def lbfgs_push(x_new, x, g_new, g, S, Y, st, ist, R, m: int, n: int, dtype: str)
     s = x_new - x, y = g_new - g; R[R_SY, R_YY, R_SS, R_SINF] = s.y, y.y, s.s, max |s|; the pair is
     kept when s.y > 1e-10 y.y and y.y > 0 (then rho = 1/s.y, gamma = s.y/y.y, R[R_ACCEPT] = 1),
     exactly the host's rule (optim/lbfgs.py ``_History.push``)."""
+    nch = C.chunks(n)
     k = C.cached(("lbfgs_push_dev", dtype, m), lambda: _build_lbfgs_push(dtype, m))
-    k(x_new, x, g_new, g, S, Y, st, ist, R, n)
+    k(x_new, x, g_new, g, S, Y, st, ist, R, C.scratch(4 * nch, acc_dtype(dtype)), n, nch)
 
 
 def _build_lbfgs_push(dtype, m):
     ti, A, F, I = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype)), C.arr("int32")
     FT = backend.ti_dtype(acc_dtype(dtype))
+    combine = _combine_func()
 
     @ti.kernel
-    def k(x_new: A, x: A, g_new: A, g: A, S: A, Y: A, st: F, ist: I, R: F, n: ti.i32):
+    def k(x_new: A, x: A, g_new: A, g: A, S: A, Y: A, st: F, ist: I, R: F, part: F, n: ti.i32, nch: ti.i32):
         for _ in range(1):
             used = ist[m]
             slot = 0
@@ -413,18 +497,26 @@ def _build_lbfgs_push(dtype, m):
             ist[m + 1] = slot
             for j in range(5):
                 R[j] = ti.cast(0.0, FT)
-        for i in range(n):
+        for ch in range(nch):
             slot = ist[m + 1]
-            s = x_new[i] - x[i]
-            y = g_new[i] - g[i]
-            S[slot * n + i] = s
-            Y[slot * n + i] = y
-            sd, yd = ti.cast(s, FT), ti.cast(y, FT)
-            R[R_SY] += sd * yd
-            R[R_YY] += yd * yd
-            R[R_SS] += sd * sd
-            ti.atomic_max(R[R_SINF], ti.abs(sd))
+            s0 = ti.cast(0.0, FT)
+            s1, s2, mx = s0, s0, s0
+            for i in range(ch * CH, ti.min(n, ch * CH + CH)):
+                s = x_new[i] - x[i]
+                y = g_new[i] - g[i]
+                S[slot * n + i] = s
+                Y[slot * n + i] = y
+                sd, yd = ti.cast(s, FT), ti.cast(y, FT)
+                s0 += sd * yd
+                s1 += yd * yd
+                s2 += sd * sd
+                mx = ti.max(mx, ti.abs(sd))
+            part[4 * ch] = s0
+            part[4 * ch + 1] = s1
+            part[4 * ch + 2] = s2
+            part[4 * ch + 3] = mx
         for _ in range(1):
+            combine(part, R, R_SY, nch, 4, 3)      # R_SY, R_YY, R_SS, R_SINF
             sy, yy = R[R_SY], R[R_YY]
             if sy > 1e-10 * yy and yy > 0:
                 used = ist[m]
@@ -489,25 +581,32 @@ def _build_lbfgs_reset():
 def eval_dots(a, b, f, R, n: int, dtype: str):
     """ONE launch: R[R_F] = f[0] (a loss value on the device), R[R_AB] = a.b, R[R_BB] = b.b,
     R[R_BMAX] = max |b| (``acc_dtype``), so that one read returns a trial point's numbers."""
+    nch = C.chunks(n)
     k = C.cached(("lbfgs_evaldots", dtype), lambda: _build_eval_dots(dtype))
-    k(a, b, f, R, n)
+    k(a, b, f, R, C.scratch(3 * nch, acc_dtype(dtype)), n, nch)
 
 
 def _build_eval_dots(dtype):
     ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
     FT = backend.ti_dtype(acc_dtype(dtype))
+    combine = _combine_func()
 
     @ti.kernel
-    def k(a: A, b: A, f: A, R: F, n: ti.i32):
-        for j in range(4):
-            R[R_F + j] = ti.cast(0.0, FT)
+    def k(a: A, b: A, f: A, R: F, part: F, n: ti.i32, nch: ti.i32):
+        for ch in range(nch):
+            s0 = ti.cast(0.0, FT)
+            s1, mx = s0, s0
+            for i in range(ch * CH, ti.min(n, ch * CH + CH)):
+                bi = ti.cast(b[i], FT)
+                s0 += ti.cast(a[i], FT) * bi
+                s1 += bi * bi
+                mx = ti.max(mx, ti.abs(bi))
+            part[3 * ch] = s0
+            part[3 * ch + 1] = s1
+            part[3 * ch + 2] = mx
         for _ in range(1):
             R[R_F] = ti.cast(f[0], FT)
-        for i in range(n):
-            bi = ti.cast(b[i], FT)
-            R[R_AB] += ti.cast(a[i], FT) * bi
-            R[R_BB] += bi * bi
-            ti.atomic_max(R[R_BMAX], ti.abs(bi))
+            combine(part, R, R_AB, nch, 3, 2)      # R_AB, R_BB, R_BMAX
     return k
 
 

@@ -190,14 +190,21 @@ def _build(kind, dtype, serial, plain=False, flags=(), lanes=0):
                     p[i] = p[i] + a * u[i]
         return k
 
-    if kind == "sumsq":
+    if kind == "sumsq":   # an ordered reduction (kernels/_common.scratch): the same bits on every run
+        CH = C.REDUCE_CHUNK
+
         @ti.kernel
-        def k(x: A, out: A, n: ti.i32, slot: ti.i32):
+        def k(x: A, out: A, part: A, n: ti.i32, slot: ti.i32, nch: ti.i32):
             ti.loop_config(serialize=serial)
-            for blkid in range((n + blk - 1) // blk):
+            for ch in range(nch):
                 acc = ti.cast(0.0, T)
-                for i in range(blkid * blk, ti.min(n, blkid * blk + blk)):
+                for i in range(ch * CH, ti.min(n, ch * CH + CH)):
                     acc += x[i] * x[i]
+                part[ch] = acc
+            for _ in range(1):
+                acc = part[0]
+                for ch in range(1, nch):
+                    acc += part[ch]
                 out[slot] += acc
         return k
     raise ValueError(kind)
@@ -360,7 +367,8 @@ def axpy(p, u, n, dtype, a=1.0):
 
 def sumsq(x, out, n, dtype, slot):
     """out[slot] += sum(x[:n] ** 2) (out zeroed by the caller)."""
-    _kernel("sumsq", n, dtype)(x, out, n, slot)
+    nch = C.chunks(n)
+    _kernel("sumsq", n, dtype)(x, out, C.scratch(nch, dtype), n, slot, nch)
 
 
 def _build_gather(dtype, k):
