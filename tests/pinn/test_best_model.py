@@ -2,12 +2,8 @@
 lowest finite logged loss and the parameters it was evaluated at, for free between log lines;
 ``restore_best=True`` puts them back; checkpoints carry them, so a resumed run reports the
 same best as an uninterrupted one."""
-import json
 import logging
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,8 +14,8 @@ from sciml.models import MLP, Parameter
 from sciml.optim import LBFGS, SGD, Adam
 from sciml.pinn import Dirichlet, Interval, Problem, d, solve
 from sciml.pinn.best import BestModel
+from tests._vulkan import run_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _poisson():
@@ -256,15 +252,6 @@ def test_restore_best_must_be_a_bool(bad):
 
 
 VULKAN_SCRIPT = r"""
-import json, math, sys
-import numpy as np
-import sciml as sm
-try:
-    sm.init(arch="vulkan", dtype="float32")
-except Exception as e:
-    print("SKIP", e); sys.exit(0)
-if sm.arch() != "vulkan":
-    print("SKIP fell back to", sm.arch()); sys.exit(0)
 from sciml.autodiff.pytree import flatten
 from sciml.models import MLP
 from sciml.optim import Adam
@@ -289,17 +276,7 @@ def test_best_model_on_vulkan(tmp_path):
     """On a device the step values are read only at log lines (deferred): the best is still
     the lowest logged loss, and restoring it gives its parameters and error. (~20 s: lavapipe,
     a software driver, takes ~0.2 s a step here.)"""
-    script = tmp_path / "vk_best.py"
-    script.write_text(VULKAN_SCRIPT)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("SCIML_ARCH", None)
-    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                       timeout=900, env=env)
-    assert p.returncode == 0, p.stderr[-3000:]
-    if "SKIP" in p.stdout and not os.environ.get("SCIML_REQUIRE_VULKAN"):
-        pytest.skip(p.stdout.strip())
-    got = json.loads(p.stdout.split("RESULT", 1)[1])
-    assert got["arch"] == "vulkan"
+    got = run_script(tmp_path, VULKAN_SCRIPT, None, name="vk_best.py")
     last, rest = got["out"]["False"], got["out"]["True"]
     logged = [(l, s) for s, l in zip(last["step"], last["loss"]) if s % 4 == 0]
     assert (last["best_loss"], last["best_step"]) == min(logged)

@@ -1,9 +1,6 @@
 """Fused Taylor-stream MLP derivatives (sciml.pinn.fused) vs the nested-autodiff path (generic),
 closed forms, finite differences (first and second order), clear errors, and a Vulkan run."""
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -11,9 +8,9 @@ import pytest
 import sciml as sm
 from sciml.pinn import fused, fused_gemm, generic
 from sciml.testing import check_grads
+from tests._vulkan import run_script
 
 ACTS = [sm.tanh, sm.sin, sm.softplus, sm.gelu]
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _net(sizes, seed=0, scale=1.0):
@@ -209,15 +206,6 @@ def test_clear_errors():
 
 
 VULKAN_SCRIPT = r"""
-import json, sys
-import numpy as np
-import sciml as sm
-try:
-    sm.init(arch="vulkan", dtype="float32")
-except Exception as e:
-    print("SKIP", e); sys.exit(0)
-if sm.arch() != "vulkan":
-    print("SKIP fell back to", sm.arch()); sys.exit(0)
 from sciml.pinn import fused
 d = json.loads(sys.stdin.read())
 layers = [(sm.tensor(np.array(W), "float32"), sm.tensor(np.array(b), "float32")) for W, b in d["layers"]]
@@ -241,18 +229,9 @@ def test_fused_on_vulkan_matches_cpu(tmp_path):
     X = rng.uniform(-1, 1, (40, 2))
     derivs = [(), (0,), (1,), (0, 0), (0, 1)]
     cot = [rng.standard_normal((40, 1)) for _ in derivs]
-    script = tmp_path / "vk_fused.py"
-    script.write_text(VULKAN_SCRIPT)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     payload = json.dumps({"layers": [(W.numpy().tolist(), b.numpy().tolist()) for W, b in layers],
                           "x": X.tolist(), "derivs": derivs, "cot": [c.tolist() for c in cot]})
-    p = subprocess.run([sys.executable, str(script)], input=payload, capture_output=True, text=True, timeout=600,
-                       env=env)
-    assert p.returncode == 0, p.stderr[-3000:]
-    if "SKIP" in p.stdout:
-        pytest.skip(p.stdout.strip())
-    got = json.loads(p.stdout.split("RESULT", 1)[1])
-    assert got["arch"] == "vulkan"
+    got = run_script(tmp_path, VULKAN_SCRIPT, payload, name="vk_fused.py")
     x = sm.tensor(X)
     ref = generic.mlp_derivatives(layers, sm.tanh, x, derivs)
     for k, v in zip(derivs, got["vals"]):

@@ -2,9 +2,6 @@
 stream structures): values and gradients against the nested-autodiff path (generic), a closed
 form, finite differences (first and second order), training equal to the per-op path, Vulkan."""
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,8 +11,8 @@ from sciml.models import MLP
 from sciml.optim import Adam
 from sciml.pinn import Dirichlet, Interval, Neumann, Operator, Problem, d, fused, generic, solve
 from sciml.testing import check_grads
+from tests._vulkan import run_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 F64 = "float64"
 
 
@@ -108,15 +105,6 @@ def test_beam_training_on_the_fused_path_matches_the_per_op_path():
 
 
 VULKAN_SCRIPT = r"""
-import json, sys
-import numpy as np
-import sciml as sm
-try:
-    sm.init(arch="vulkan", dtype="float32")
-except Exception as e:
-    print("SKIP", e); sys.exit(0)
-if sm.arch() != "vulkan":
-    print("SKIP fell back to", sm.arch()); sys.exit(0)
 from sciml.pinn import fused
 d = json.loads(sys.stdin.read())
 layers = [(sm.tensor(np.array(W), "float32"), sm.tensor(np.array(b), "float32")) for W, b in d["layers"]]
@@ -139,18 +127,9 @@ def test_high_order_fused_on_vulkan_matches_cpu(tmp_path):
     layers = _net([1, 16, 16, 1], seed=6)
     X = rng.uniform(0, 1, (12, 1))
     cot = [rng.standard_normal((12, 1)) for _ in BEAM]
-    script = tmp_path / "vk_high.py"
-    script.write_text(VULKAN_SCRIPT)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     payload = json.dumps({"layers": [(W.numpy().tolist(), b.numpy().tolist()) for W, b in layers],
                           "x": X.tolist(), "derivs": BEAM, "cot": [c.tolist() for c in cot]})
-    p = subprocess.run([sys.executable, str(script)], input=payload, capture_output=True, text=True, timeout=900,
-                       env=env)
-    assert p.returncode == 0, p.stderr[-3000:]
-    if "SKIP" in p.stdout and not os.environ.get("SCIML_REQUIRE_VULKAN"):
-        pytest.skip(p.stdout.strip())
-    got = json.loads(p.stdout.split("RESULT", 1)[1])
-    assert got["arch"] == "vulkan"
+    got = run_script(tmp_path, VULKAN_SCRIPT, payload, name="vk_high.py")
     x = sm.tensor(X, F64)
     ref = generic.mlp_derivatives(layers, sm.tanh, x, BEAM)
     for k, v in zip(BEAM, got["vals"]):

@@ -3,9 +3,6 @@ values against nested forward mode (the per-op path), parameter gradients agains
 differences (first and second order), the combinatorics against closed forms, training equal
 to the per-op path, the Result's path reason, the fallback for ops without a jet rule, Vulkan."""
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,8 +13,8 @@ from sciml.optim import Adam
 from sciml.pinn import Interval, Problem, TimeInterval, Transformed, d, jets, solve
 from sciml.pinn.operators import network_derivatives
 from sciml.testing import check_grads
+from tests._vulkan import run_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 F64 = "float64"
 
 
@@ -145,15 +142,6 @@ def test_training_on_jets_matches_the_per_op_path_and_result_says_why():
 
 
 VULKAN_SCRIPT = r"""
-import json, sys
-import numpy as np
-import sciml as sm
-try:
-    sm.init(arch="vulkan", dtype="float32")
-except Exception as e:
-    print("SKIP", e); sys.exit(0)
-if sm.arch() != "vulkan":
-    print("SKIP fell back to", sm.arch()); sys.exit(0)
 from sciml.models import MLP
 from sciml.pinn import Transformed
 from sciml.pinn.operators import network_derivatives
@@ -179,16 +167,7 @@ print("RESULT" + json.dumps({"arch": sm.arch(), "res": res}))
 def test_transforms_on_vulkan_match_cpu(tmp_path):
     X = np.random.default_rng(3).uniform(-1, 1, (20, 2))
     derivs = [(), (1,), (0, 0), (0, 1)]
-    script = tmp_path / "vk_jets.py"
-    script.write_text(VULKAN_SCRIPT)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.run([sys.executable, str(script)], input=json.dumps({"x": X.tolist(), "derivs": derivs}),
-                       capture_output=True, text=True, timeout=900, env=env)
-    assert p.returncode == 0, p.stderr[-3000:]
-    if "SKIP" in p.stdout and not os.environ.get("SCIML_REQUIRE_VULKAN"):
-        pytest.skip(p.stdout.strip())
-    got = json.loads(p.stdout.split("RESULT", 1)[1])
-    assert got["arch"] == "vulkan"
+    got = run_script(tmp_path, VULKAN_SCRIPT, json.dumps({"x": X.tolist(), "derivs": derivs}), name="vk_jets.py")
     out = lambda x, y: x[:, 1:2] * (1 - x[:, 0:1] ** 2) * y + sm.sin(np.pi * x[:, 0:1])  # noqa: E731
     feat = lambda x: sm.concat([sm.sin(x[:, 0:1]), sm.cos(x[:, 0:1]), x[:, 1:2]], axis=1)  # noqa: E731
     for kind, net in (("output", Transformed(MLP([2, 16, 16, 1], seed=0, dtype=F64), output=out)),
