@@ -11,6 +11,7 @@ between 2.7e-5 and 3.8e-5 with the machine's load.)
 import numpy as np
 import pytest
 
+import sciml as sm
 from sciml import backend
 from sciml.kernels import _common as C
 from sciml.kernels import elementwise as E
@@ -292,3 +293,16 @@ def test_every_busy_caller_is_covered():
     names = set(globals())
     for mod, test in COVERED.items():
         assert test is None or any(n.startswith(test) for n in names), (mod, test)
+
+
+def test_scatter_add_is_sequential_on_cpu_at_any_size():
+    """A repeated row's sum in index order, as numpy's unbuffered ``np.add.at``, bit for bit, above the
+    size where a parallel loop of atomic adds used to run (kernels/index.py ``scatter_add_rows``)."""
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, 300, 40_000).astype(np.int32)    # 40,000 x 8 = 320,000 elements, ~133 adds per row
+    vals = rng.standard_normal((40_000, 8)).astype(np.float32)
+    want = np.zeros((300, 8), np.float32)
+    np.add.at(want, idx, vals)
+    for _ in range(2):
+        got = sm.scatter_add(sm.tensor(vals, dtype="float32"), idx, rows=300).numpy()
+        assert np.array_equal(got, want)
