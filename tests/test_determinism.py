@@ -306,3 +306,37 @@ def test_scatter_add_is_sequential_on_cpu_at_any_size():
     for _ in range(2):
         got = sm.scatter_add(sm.tensor(vals, dtype="float32"), idx, rows=300).numpy()
         assert np.array_equal(got, want)
+
+
+def test_layer_norm_backward_and_cross_entropy_total_same_bits_serial_or_parallel():
+    """The column sums of layer norm's weight gradients and cross-entropy's total are summed in row order
+    (no atomic adds from parallel rows): the parallel compilation gives the serial one's bits, every run."""
+    from sciml.kernels import conv as KC
+    from sciml.kernels import norm as KN
+    rng = np.random.default_rng(1)
+    R, D = 4096, 96   # 393,216 elements: above the size where these loops run parallel
+    x, g = (rng.standard_normal(R * D).astype(np.float32) for _ in range(2))
+    w = rng.standard_normal(D).astype(np.float32)
+    mean, rstd = x.reshape(R, D).mean(1), 1 / np.sqrt(x.reshape(R, D).var(1) + 1e-5)
+    outs = []
+    for serial in (True, False, False):
+        gx, gw, gb = np.zeros(R * D, np.float32), np.zeros(D, np.float32), np.zeros(D, np.float32)
+        KN._build_ln_bwd("float32", serial, True)(x, g, w, mean.astype(np.float32), rstd.astype(np.float32),
+                                                  gx, gw, gb, R, D)
+        outs.append((gx, gw, gb))
+    for o in outs[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(outs[0], o))
+    xh = (x.reshape(R, D) - mean[:, None]) * rstd[:, None]
+    np.testing.assert_allclose(outs[0][1], (g.reshape(R, D) * xh).sum(0), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(outs[0][2], g.reshape(R, D).sum(0), rtol=1e-3, atol=1e-3)
+    q = np.zeros((R, D), np.float32)
+    q[np.arange(R), rng.integers(0, D, R)] = 1
+    totals = []
+    for serial in (True, False, False):
+        rowloss, total = np.zeros(R, np.float32), np.zeros(1, np.float32)
+        KC._build_xent("float32", serial)(x, q.ravel(), rowloss, total, R, D, 1.0 / R)
+        totals.append(total[0])
+    assert totals[0] == totals[1] == totals[2]
+    xs = x.reshape(R, D).astype(np.float64)
+    ref = (np.log(np.exp(xs - xs.max(1, keepdims=True)).sum(1)) + xs.max(1) - (q * xs).sum(1)).mean()
+    np.testing.assert_allclose(totals[0], ref, rtol=1e-5)

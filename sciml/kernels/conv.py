@@ -233,7 +233,11 @@ def _build_xent(dtype, serial):
                 qx += q[r * cols + j] * xv
             L = (mx + ti.log(s)) * qs - qx
             rowloss[r] = L
-            total[0] += L * scale  # total starts at zero (atomic add when parallel)
+        for _ in range(1):  # the total in row order (not atomic adds from the parallel rows: same bits every run)
+            t = total[0]
+            for r in range(rows):
+                t += rowloss[r] * scale
+            total[0] = t
     return k
 
 

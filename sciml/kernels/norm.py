@@ -289,29 +289,34 @@ def _build_ln_bwd(dtype, serial, with_x):
 
     @ti.kernel
     def k(x: A, g: A, w: A, mean: A, rstd: A, gx: A, gw: A, gb: A, R: ti.i32, D: ti.i32):
-        ti.loop_config(serialize=True)
-        for j in range(D):
-            gw[j] = ti.cast(0, T)
-            gb[j] = ti.cast(0, T)
-        ti.loop_config(serialize=serial)
-        for r in range(R):  # parallel: the column sums gw, gb are atomic adds
-            o = r * D
-            mu = mean[r]
-            rs = rstd[r]
-            s1 = ti.cast(0, T)
-            s2 = ti.cast(0, T)
-            for j in range(D):
-                xh = (x[o + j] - mu) * rs
-                gv = g[o + j]
-                gw[j] += gv * xh
-                gb[j] += gv
-                gh = gv * w[j]
-                s1 += gh
-                s2 += gh * xh
-            if ti.static(with_x):
+        if ti.static(with_x):
+            ti.loop_config(serialize=serial)
+            for r in range(R):
+                o = r * D
+                mu = mean[r]
+                rs = rstd[r]
+                s1 = ti.cast(0, T)
+                s2 = ti.cast(0, T)
+                for j in range(D):
+                    xh = (x[o + j] - mu) * rs
+                    gh = g[o + j] * w[j]
+                    s1 += gh
+                    s2 += gh * xh
                 for j in range(D):
                     xh = (x[o + j] - mu) * rs
                     gx[o + j] = rs * (g[o + j] * w[j] - s1 / D - xh * s2 / D)
+        # the column sums gw, gb: one iteration per column over the rows in order (no atomic adds, whose
+        # order would change the bits from run to run when parallel); the bits of the serial row loop
+        ti.loop_config(serialize=serial)
+        for j in range(D):
+            sw = ti.cast(0, T)
+            sb = ti.cast(0, T)
+            for r in range(R):
+                gv = g[r * D + j]
+                sw += gv * ((x[r * D + j] - mean[r]) * rstd[r])
+                sb += gv
+            gw[j] = sw
+            gb[j] = sb
     return k
 
 
