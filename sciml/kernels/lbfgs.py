@@ -73,6 +73,40 @@ def _combine_func():
     return _FUNCS[0]
 
 
+def _push_chunk_func(dtype):
+    """``push_chunk(x_new, x, g_new, g, S, Y, slot, part, n, ch)``: chunk ch of a history push: S[slot] = x_new - x,
+    Y[slot] = g_new - g over its CH elements; its partials s.y, y.y, s.s, max |s| into part[4 ch ..]."""
+    key = ("push_chunk", dtype)
+    if key not in _PUSH:
+        ti = C.ti()
+        FT = backend.ti_dtype(acc_dtype(dtype))
+
+        @ti.func
+        def push_chunk(x_new: ti.template(), x: ti.template(), g_new: ti.template(), g: ti.template(),
+                       S: ti.template(), Y: ti.template(), slot, part: ti.template(), n, ch):
+            s0 = ti.cast(0.0, FT)
+            s1, s2, mx = s0, s0, s0
+            for i in range(ch * CH, ti.min(n, ch * CH + CH)):
+                s = x_new[i] - x[i]
+                y = g_new[i] - g[i]
+                S[slot * n + i] = s
+                Y[slot * n + i] = y
+                sd, yd = ti.cast(s, FT), ti.cast(y, FT)
+                s0 += sd * yd
+                s1 += yd * yd
+                s2 += sd * sd
+                mx = ti.max(mx, ti.abs(sd))
+            part[4 * ch] = s0
+            part[4 * ch + 1] = s1
+            part[4 * ch + 2] = s2
+            part[4 * ch + 3] = mx
+        _PUSH[key] = push_chunk
+    return _PUSH[key]
+
+
+_PUSH: dict = {}
+
+
 def dots(a, b, c, out, n: int, dtype: str):
     """out[0] = a.b, out[1] = a.c, out[2] = b.b (in ``acc_dtype``), out[3] = max |b|, out[4] = sum |b| (5 entries)."""
     serial, nch = _par(n), C.chunks(n)
@@ -117,29 +151,13 @@ def push_pair(x_new, x, g_new, g, S, Y, slot: int, out, n: int, dtype: str):
 
 def _build_push(dtype, serial):
     ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
-    FT = backend.ti_dtype(acc_dtype(dtype))
-    combine = _combine_func()
+    combine, push_chunk = _combine_func(), _push_chunk_func(dtype)
 
     @ti.kernel
     def k(x_new: A, x: A, g_new: A, g: A, S: A, Y: A, slot: ti.i32, out: F, part: F, n: ti.i32, nch: ti.i32):
         ti.loop_config(serialize=serial)
         for ch in range(nch):
-            s0 = ti.cast(0.0, FT)
-            s1, s2, mx = s0, s0, s0
-            for i in range(ch * CH, ti.min(n, ch * CH + CH)):
-                s = x_new[i] - x[i]
-                y = g_new[i] - g[i]
-                S[slot * n + i] = s
-                Y[slot * n + i] = y
-                sd, yd = ti.cast(s, FT), ti.cast(y, FT)
-                s0 += sd * yd
-                s1 += yd * yd
-                s2 += sd * sd
-                mx = ti.max(mx, ti.abs(sd))
-            part[4 * ch] = s0
-            part[4 * ch + 1] = s1
-            part[4 * ch + 2] = s2
-            part[4 * ch + 3] = mx
+            push_chunk(x_new, x, g_new, g, S, Y, slot, part, n, ch)
         for _ in range(1):
             combine(part, out, 0, nch, 4, 3)
     return k
@@ -476,7 +494,7 @@ def lbfgs_push(x_new, x, g_new, g, S, Y, st, ist, R, m: int, n: int, dtype: str)
 def _build_lbfgs_push(dtype, m):
     ti, A, F, I = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype)), C.arr("int32")
     FT = backend.ti_dtype(acc_dtype(dtype))
-    combine = _combine_func()
+    combine, push_chunk = _combine_func(), _push_chunk_func(dtype)
 
     @ti.kernel
     def k(x_new: A, x: A, g_new: A, g: A, S: A, Y: A, st: F, ist: I, R: F, part: F, n: ti.i32, nch: ti.i32):
@@ -499,22 +517,7 @@ def _build_lbfgs_push(dtype, m):
                 R[j] = ti.cast(0.0, FT)
         for ch in range(nch):
             slot = ist[m + 1]
-            s0 = ti.cast(0.0, FT)
-            s1, s2, mx = s0, s0, s0
-            for i in range(ch * CH, ti.min(n, ch * CH + CH)):
-                s = x_new[i] - x[i]
-                y = g_new[i] - g[i]
-                S[slot * n + i] = s
-                Y[slot * n + i] = y
-                sd, yd = ti.cast(s, FT), ti.cast(y, FT)
-                s0 += sd * yd
-                s1 += yd * yd
-                s2 += sd * sd
-                mx = ti.max(mx, ti.abs(sd))
-            part[4 * ch] = s0
-            part[4 * ch + 1] = s1
-            part[4 * ch + 2] = s2
-            part[4 * ch + 3] = mx
+            push_chunk(x_new, x, g_new, g, S, Y, slot, part, n, ch)
         for _ in range(1):
             combine(part, R, R_SY, nch, 4, 3)      # R_SY, R_YY, R_SS, R_SINF
             sy, yy = R[R_SY], R[R_YY]
