@@ -321,8 +321,9 @@ def test_layer_norm_backward_and_cross_entropy_total_same_bits_serial_or_paralle
     outs = []
     for serial in (True, False, False):
         gx, gw, gb = np.zeros(R * D, np.float32), np.zeros(D, np.float32), np.zeros(D, np.float32)
+        rc = 1024   # four partials per column (the CPU's chunk is 4096 rows: R = 4096 would be one)
         KN._build_ln_bwd("float32", serial, True)(x, g, w, mean.astype(np.float32), rstd.astype(np.float32),
-                                                  gx, gw, gb, R, D)
+                                                  gx, gw, gb, C.scratch(2 * 4 * D, "float32"), R, D, rc, 4)
         outs.append((gx, gw, gb))
     for o in outs[1:]:
         assert all(np.array_equal(a, b) for a, b in zip(outs[0], o))

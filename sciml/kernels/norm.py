@@ -288,7 +288,8 @@ def _build_ln_bwd(dtype, serial, with_x):
     T = backend.ti_dtype(dtype)
 
     @ti.kernel
-    def k(x: A, g: A, w: A, mean: A, rstd: A, gx: A, gw: A, gb: A, R: ti.i32, D: ti.i32):
+    def k(x: A, g: A, w: A, mean: A, rstd: A, gx: A, gw: A, gb: A, part: A, R: ti.i32, D: ti.i32, rc: ti.i32,
+          nch: ti.i32):
         if ti.static(with_x):
             ti.loop_config(serialize=serial)
             for r in range(R):
@@ -305,16 +306,28 @@ def _build_ln_bwd(dtype, serial, with_x):
                 for j in range(D):
                     xh = (x[o + j] - mu) * rs
                     gx[o + j] = rs * (g[o + j] * w[j] - s1 / D - xh * s2 / D)
-        # the column sums gw, gb: one iteration per column over the rows in order (no atomic adds, whose
-        # order would change the bits from run to run when parallel); the bits of the serial row loop
+        # the column sums gw, gb as ordered reductions (no atomic adds, whose order would change the bits from
+        # run to run when parallel): partials over chunks of rc rows, one iteration per (chunk, column), then
+        # each column's partials in order; with one chunk, the bits of the serial row loop
         ti.loop_config(serialize=serial)
-        for j in range(D):
+        for t in range(nch * D):
+            ch = t // D
+            j = t % D
             sw = ti.cast(0, T)
             sb = ti.cast(0, T)
-            for r in range(R):
+            for r in range(ch * rc, ti.min(R, ch * rc + rc)):
                 gv = g[r * D + j]
                 sw += gv * ((x[r * D + j] - mean[r]) * rstd[r])
                 sb += gv
+            part[2 * t] = sw
+            part[2 * t + 1] = sb
+        ti.loop_config(serialize=serial)
+        for j in range(D):
+            sw = part[2 * j]
+            sb = part[2 * j + 1]
+            for ch in range(1, nch):
+                sw += part[2 * (ch * D + j)]
+                sb += part[2 * (ch * D + j) + 1]
             gw[j] = sw
             gb[j] = sb
     return k
@@ -325,7 +338,12 @@ def layer_norm_fwd(x, w, b, y, mean, rstd, R: int, D: int, eps: float, dtype: st
     C.cached(("ln_fwd", dtype, serial), lambda: _build_ln_fwd(dtype, serial))(x, w, b, y, mean, rstd, R, D, eps)
 
 
+LN_ROWS_DEVICE = 256   # rows per partial of the weight-gradient sums on devices (many short sums keep a GPU busy)
+
+
 def layer_norm_bwd(x, g, w, mean, rstd, gx, gw, gb, R: int, D: int, dtype: str, with_x: bool = True):
     serial = _serial(R * D) or R < 4
+    rc = C.REDUCE_CHUNK if backend.on_host() else LN_ROWS_DEVICE   # fixed per arch: the bits depend on R only
+    nch = max(1, -(-R // rc))
     C.cached(("ln_bwd", dtype, serial, with_x), lambda: _build_ln_bwd(dtype, serial, with_x))(
-        x, g, w, mean, rstd, gx, gw, gb, R, D)
+        x, g, w, mean, rstd, gx, gw, gb, C.scratch(2 * nch * D, dtype), R, D, rc, nch)
