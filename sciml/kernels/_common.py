@@ -19,14 +19,20 @@ LOCK = runtime.LAUNCH_LOCK  # held by every Taichi kernel call and launch (runti
 runtime.on_shutdown(_cache.clear)  # compiled kernels and contexts go before Taichi's program at exit
 
 
-REDUCE_CHUNK = 4096  # elements per partial of an ordered reduction (see scratch): fixed, so its bits depend on n only
+REDUCE_CHUNK = 4096  # elements per partial of an ordered reduction on the CPU (see scratch)
+REDUCE_CHUNK_DEVICE = 256  # on devices: more, shorter partials (one GPU thread per partial)
 _scratch: dict = {}
 runtime.on_shutdown(_scratch.clear)
 
 
+def reduce_chunk() -> int:
+    """Elements per partial of an ordered reduction: fixed per arch, so that the bits depend on n only."""
+    return REDUCE_CHUNK if backend.on_host() else REDUCE_CHUNK_DEVICE
+
+
 def chunks(n: int) -> int:
-    """Partials of an ordered reduction over ``n`` elements: ceil(n / REDUCE_CHUNK), at least 1."""
-    return max(1, -(-int(n) // REDUCE_CHUNK))
+    """Partials of an ordered reduction over ``n`` elements: ceil(n / reduce_chunk()), at least 1."""
+    return max(1, -(-int(n) // reduce_chunk()))
 
 
 def scratch(n: int, dtype: str):
@@ -35,10 +41,10 @@ def scratch(n: int, dtype: str):
 
     Why partials: a ``+=`` into one location inside a parallel loop compiles to atomic adds, whose
     order (hence the rounding of a float sum) changes from run to run on a GPU and on the CPU's
-    thread pool. Ordered form (kernels/lbfgs.py, kernels/optim.py ``sumsq``): each of ``chunks(n)``
-    iterations sums its REDUCE_CHUNK elements in order into the scratch, then one more task adds
-    the partials in order. The same bits on every run, serial or parallel, on every arch; up to
-    REDUCE_CHUNK elements the same bits as one sequential loop. Allocated outside any sciml.jit trace
+    thread pool. Ordered form (kernels/lbfgs.py, kernels/optim.py ``sumsq``, kernels/norm.py): each of
+    ``chunks(n)`` iterations sums its ``reduce_chunk()`` elements in order into the scratch, then one
+    more task adds the partials in order. The same bits on every run, serial or parallel; on the CPU,
+    up to REDUCE_CHUNK elements, the same bits as one sequential loop. Allocated outside any sciml.jit trace
     (a persistent buffer, as backend.meta's)."""
     import threading
     key = (threading.get_ident(), dtype)

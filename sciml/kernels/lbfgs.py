@@ -7,7 +7,8 @@ it runs serialized; on devices, where a serialized loop is forbidden, it is 2 la
 per history pair with parallel loops).
 
 Every dot product is an ordered reduction (``_common.scratch``): partial sums over fixed chunks of
-CH elements, then the partials added in order by one more task of the same launch. A ``+=`` into
+CH elements (``_common.reduce_chunk()``: 4,096 on the CPU, 256 on devices), then the partials added in
+order by one more task of the same launch. A ``+=`` into
 one location from a parallel loop would compile to atomic adds, whose order changes from run to
 run on a GPU: two runs of the same L-BFGS or BFGS solve on an H200 ended at different errors
 (tests/repeat_check.py). Up to CH elements the bits are those of one sequential loop.
@@ -17,7 +18,6 @@ from . import _common as C
 
 
 SERIAL_TWO_LOOP = 1 << 22   # n * history below which the whole recursion is one serial CPU launch
-CH = C.REDUCE_CHUNK          # elements per partial of the ordered reductions (_common.scratch: no atomic sums)
 
 
 def _par(n):
@@ -79,6 +79,7 @@ def _push_chunk_func(dtype):
     key = ("push_chunk", dtype)
     if key not in _PUSH:
         ti = C.ti()
+        CH = C.reduce_chunk()
         FT = backend.ti_dtype(acc_dtype(dtype))
 
         @ti.func
@@ -115,6 +116,7 @@ def dots(a, b, c, out, n: int, dtype: str):
 
 
 def _build_dots(dtype, serial):
+    CH = C.reduce_chunk()
     ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
     FT = backend.ti_dtype(acc_dtype(dtype))
     combine = _combine_func()
@@ -240,6 +242,7 @@ def _build_two_loop_serial(dtype):
 
 
 def _build_two_loop_device(dtype):
+    CH = C.reduce_chunk()
     ti, A, F, I = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype)), C.arr("int32")
     T = backend.ti_dtype(dtype)
     FT = backend.ti_dtype(acc_dtype(dtype))
@@ -344,6 +347,7 @@ def cg_step(p, r, d, Hd, alpha: float, out, n: int, dtype: str):
 
 
 def _build_cg(dtype, serial):
+    CH = C.reduce_chunk()
     ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
     T = backend.ti_dtype(dtype)
     FT = backend.ti_dtype(acc_dtype(dtype))
@@ -415,6 +419,7 @@ def lbfgs_direction(g, S, Y, st, ist, alpha, d, R, m: int, n: int, dtype: str):
 
 
 def _build_lbfgs_direction(dtype, m):
+    CH = C.reduce_chunk()
     ti, A, F, I = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype)), C.arr("int32")
     T = backend.ti_dtype(dtype)
     FT = backend.ti_dtype(acc_dtype(dtype))
@@ -590,6 +595,7 @@ def eval_dots(a, b, f, R, n: int, dtype: str):
 
 
 def _build_eval_dots(dtype):
+    CH = C.reduce_chunk()
     ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
     FT = backend.ti_dtype(acc_dtype(dtype))
     combine = _combine_func()

@@ -338,12 +338,9 @@ def layer_norm_fwd(x, w, b, y, mean, rstd, R: int, D: int, eps: float, dtype: st
     C.cached(("ln_fwd", dtype, serial), lambda: _build_ln_fwd(dtype, serial))(x, w, b, y, mean, rstd, R, D, eps)
 
 
-LN_ROWS_DEVICE = 256   # rows per partial of the weight-gradient sums on devices (many short sums keep a GPU busy)
-
-
 def layer_norm_bwd(x, g, w, mean, rstd, gx, gw, gb, R: int, D: int, dtype: str, with_x: bool = True):
     serial = _serial(R * D) or R < 4
-    rc = C.REDUCE_CHUNK if backend.on_host() else LN_ROWS_DEVICE   # fixed per arch: the bits depend on R only
+    rc = C.reduce_chunk()   # rows per partial, fixed per arch: the bits depend on R only
     nch = max(1, -(-R // rc))
     C.cached(("ln_bwd", dtype, serial, with_x), lambda: _build_ln_bwd(dtype, serial, with_x))(
         x, g, w, mean, rstd, gx, gw, gb, C.scratch(2 * nch * D, dtype), R, D, rc, nch)

@@ -191,7 +191,7 @@ def _build(kind, dtype, serial, plain=False, flags=(), lanes=0):
         return k
 
     if kind == "sumsq":   # an ordered reduction (kernels/_common.scratch): the same bits on every run
-        CH = C.REDUCE_CHUNK
+        CH = C.reduce_chunk()
 
         @ti.kernel
         def k(x: A, out: A, part: A, n: ti.i32, slot: ti.i32, nch: ti.i32):
