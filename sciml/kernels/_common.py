@@ -1,6 +1,7 @@
 """Kernel cache and launch policy shared by the kernel modules."""
 import ctypes
 import os
+import threading
 from time import monotonic as _monotonic
 
 from .. import backend, runtime
@@ -46,7 +47,6 @@ def scratch(n: int, dtype: str):
     more task adds the partials in order. The same bits on every run, serial or parallel; on the CPU,
     up to REDUCE_CHUNK elements, the same bits as one sequential loop. Allocated outside any sciml.jit trace
     (a persistent buffer, as backend.meta's)."""
-    import threading
     key = (threading.get_ident(), dtype)
     buf = _scratch.get(key)
     if buf is None or buf.shape[0] < n:
@@ -58,6 +58,35 @@ def scratch(n: int, dtype: str):
             TRACE[0] = saved
         _scratch[key] = buf
     return buf
+
+
+_combine: list = []
+
+
+def combine_func():
+    """The second task of an ordered reduction, as a ``ti.func``: ``combine(part, out, o, nch, w, mx, add)``
+    sets (``add``: adds to) out[o + j] the in-order sum over the ``nch`` chunks of part[ch * w + j], for
+    j < w (the max for j == mx; mx = -1: none). The first chunk's partial starts the sum, so one chunk
+    gives its bits unchanged."""
+    if not _combine:
+        ti = runtime.ensure_init()
+
+        @ti.func
+        def combine(part: ti.template(), out: ti.template(), o, nch, w: ti.template(), mx: ti.template(),
+                    add: ti.template()):
+            for j in ti.static(range(w)):
+                acc = part[j]
+                for ch in range(1, nch):
+                    if ti.static(j == mx):
+                        acc = ti.max(acc, part[ch * w + j])
+                    else:
+                        acc += part[ch * w + j]
+                if ti.static(add):
+                    out[o + j] += acc
+                else:
+                    out[o + j] = acc
+        _combine.append(combine)
+    return _combine[0]
 
 
 def host_call(fn, *args):

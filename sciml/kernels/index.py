@@ -66,7 +66,7 @@ def scatter_add_rows(g, idx, out, nidx: int, row: int, nrows: int, dtype: str):
     On devices the adds are atomic: a repeated row's sum may differ in its last bits between runs,
     as PyTorch's ``index_add_`` on CUDA (tests/repeat_check.py has the row; equal on an H200 so far)."""
     n = nidx * row
-    serial = C.backend.on_host()
+    serial = backend.on_host()
     k = C.cached(("scatter_add", dtype, serial), lambda: _build_take(dtype, serial, add=True))
     k(g, idx, out, n, row, nrows)
 

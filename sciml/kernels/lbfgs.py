@@ -50,29 +50,6 @@ def _build_axpy(dtype, serial):
     return k
 
 
-_FUNCS = []
-
-
-def _combine_func():
-    """``_combine(part, out, o, nch, w, mx)``: out[o + j] = the in-order sum over chunks of part[ch * w + j]
-    for j < w (the max for j == mx; mx = -1: none)."""
-    if not _FUNCS:
-        ti = C.ti()
-
-        @ti.func
-        def combine(part: ti.template(), out: ti.template(), o, nch, w: ti.template(), mx: ti.template()):
-            for j in ti.static(range(w)):
-                acc = part[j]
-                for ch in range(1, nch):
-                    if ti.static(j == mx):
-                        acc = ti.max(acc, part[ch * w + j])
-                    else:
-                        acc += part[ch * w + j]
-                out[o + j] = acc
-        _FUNCS.append(combine)
-    return _FUNCS[0]
-
-
 def _push_chunk_func(dtype):
     """``push_chunk(x_new, x, g_new, g, S, Y, slot, part, n, ch)``: chunk ch of a history push: S[slot] = x_new - x,
     Y[slot] = g_new - g over its CH elements; its partials s.y, y.y, s.s, max |s| into part[4 ch ..]."""
@@ -119,7 +96,7 @@ def _build_dots(dtype, serial):
     CH = C.reduce_chunk()
     ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
     FT = backend.ti_dtype(acc_dtype(dtype))
-    combine = _combine_func()
+    combine = C.combine_func()
 
     @ti.kernel
     def k(a: A, b: A, c: A, out: F, part: F, n: ti.i32, nch: ti.i32):
@@ -140,7 +117,7 @@ def _build_dots(dtype, serial):
             part[5 * ch + 3] = mx
             part[5 * ch + 4] = s4
         for _ in range(1):
-            combine(part, out, 0, nch, 5, 3)
+            combine(part, out, 0, nch, 5, 3, False)
     return k
 
 
@@ -153,7 +130,7 @@ def push_pair(x_new, x, g_new, g, S, Y, slot: int, out, n: int, dtype: str):
 
 def _build_push(dtype, serial):
     ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
-    combine, push_chunk = _combine_func(), _push_chunk_func(dtype)
+    combine, push_chunk = C.combine_func(), _push_chunk_func(dtype)
 
     @ti.kernel
     def k(x_new: A, x: A, g_new: A, g: A, S: A, Y: A, slot: ti.i32, out: F, part: F, n: ti.i32, nch: ti.i32):
@@ -161,7 +138,7 @@ def _build_push(dtype, serial):
         for ch in range(nch):
             push_chunk(x_new, x, g_new, g, S, Y, slot, part, n, ch)
         for _ in range(1):
-            combine(part, out, 0, nch, 4, 3)
+            combine(part, out, 0, nch, 4, 3, False)
     return k
 
 
@@ -242,7 +219,7 @@ def _build_two_loop_serial(dtype):
 
 
 def _build_two_loop_device(dtype):
-    CH = C.reduce_chunk()
+    CH, combine = C.reduce_chunk(), C.combine_func()
     ti, A, F, I = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype)), C.arr("int32")
     T = backend.ti_dtype(dtype)
     FT = backend.ti_dtype(acc_dtype(dtype))
@@ -269,10 +246,9 @@ def _build_two_loop_device(dtype):
             part[ch] = acc
         for _ in range(1):
             r0 = order[jcode % BIG]
-            acc = part[0]
-            for ch in range(1, nch):
-                acc += part[ch]
-            alpha[ti.select(jcode < BIG, r0, order.shape[0] + r0)] = rho[r0] * acc
+            dst = ti.select(jcode < BIG, r0, order.shape[0] + r0)
+            combine(part, alpha, dst, nch, 1, -1, False)
+            alpha[dst] *= rho[r0]
 
     @ti.kernel
     def axpy1(Y: A, d: A, alpha: F, order: I, j: ti.i32, n: ti.i32):
@@ -351,7 +327,7 @@ def _build_cg(dtype, serial):
     ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
     T = backend.ti_dtype(dtype)
     FT = backend.ti_dtype(acc_dtype(dtype))
-    combine = _combine_func()
+    combine = C.combine_func()
 
     @ti.kernel
     def k(p: A, r: A, d: A, Hd: A, alpha: FT, out: F, part: F, n: ti.i32, nch: ti.i32):
@@ -368,7 +344,7 @@ def _build_cg(dtype, serial):
             part[2 * ch] = s0
             part[2 * ch + 1] = s1
         for _ in range(1):
-            combine(part, out, 0, nch, 2, -1)
+            combine(part, out, 0, nch, 2, -1, False)
             out[2] = ti.cast(0.0, FT)
             out[3] = ti.cast(0.0, FT)
     return k
@@ -423,7 +399,7 @@ def _build_lbfgs_direction(dtype, m):
     ti, A, F, I = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype)), C.arr("int32")
     T = backend.ti_dtype(dtype)
     FT = backend.ti_dtype(acc_dtype(dtype))
-    combine = _combine_func()
+    combine = C.combine_func()
 
     @ti.kernel
     def k(g: A, S: A, Y: A, st: F, ist: I, alpha: F, d: A, R: F, part: F, n: ti.i32, nch: ti.i32):
@@ -444,7 +420,7 @@ def _build_lbfgs_direction(dtype, m):
                 used = ist[m]
                 if jj < used:
                     r = ist[used - 1 - jj]
-                    combine(part, alpha, r, nch, 1, -1)
+                    combine(part, alpha, r, nch, 1, -1, False)
                     alpha[r] *= st[r]
             for i in range(n):
                 used = ist[m]
@@ -465,7 +441,7 @@ def _build_lbfgs_direction(dtype, m):
             for _ in range(1):
                 if jj < ist[m]:
                     r = ist[jj]
-                    combine(part, alpha, m + r, nch, 1, -1)
+                    combine(part, alpha, m + r, nch, 1, -1, False)
                     alpha[m + r] *= st[r]
             for i in range(n):
                 if jj < ist[m]:
@@ -481,7 +457,7 @@ def _build_lbfgs_direction(dtype, m):
             part[2 * ch] = s0
             part[2 * ch + 1] = mx
         for _ in range(1):
-            combine(part, R, R_GTD, nch, 2, 1)     # R_GTD, R_DINF
+            combine(part, R, R_GTD, nch, 2, 1, False)     # R_GTD, R_DINF
             R[R_USED] = ti.cast(ist[m], FT)
     return k
 
@@ -499,7 +475,7 @@ def lbfgs_push(x_new, x, g_new, g, S, Y, st, ist, R, m: int, n: int, dtype: str)
 def _build_lbfgs_push(dtype, m):
     ti, A, F, I = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype)), C.arr("int32")
     FT = backend.ti_dtype(acc_dtype(dtype))
-    combine, push_chunk = _combine_func(), _push_chunk_func(dtype)
+    combine, push_chunk = C.combine_func(), _push_chunk_func(dtype)
 
     @ti.kernel
     def k(x_new: A, x: A, g_new: A, g: A, S: A, Y: A, st: F, ist: I, R: F, part: F, n: ti.i32, nch: ti.i32):
@@ -524,7 +500,7 @@ def _build_lbfgs_push(dtype, m):
             slot = ist[m + 1]
             push_chunk(x_new, x, g_new, g, S, Y, slot, part, n, ch)
         for _ in range(1):
-            combine(part, R, R_SY, nch, 4, 3)      # R_SY, R_YY, R_SS, R_SINF
+            combine(part, R, R_SY, nch, 4, 3, False)      # R_SY, R_YY, R_SS, R_SINF
             sy, yy = R[R_SY], R[R_YY]
             if sy > 1e-10 * yy and yy > 0:
                 used = ist[m]
@@ -598,7 +574,7 @@ def _build_eval_dots(dtype):
     CH = C.reduce_chunk()
     ti, A, F = C.ti(), C.arr(dtype), C.arr(acc_dtype(dtype))
     FT = backend.ti_dtype(acc_dtype(dtype))
-    combine = _combine_func()
+    combine = C.combine_func()
 
     @ti.kernel
     def k(a: A, b: A, f: A, R: F, part: F, n: ti.i32, nch: ti.i32):
@@ -615,7 +591,7 @@ def _build_eval_dots(dtype):
             part[3 * ch + 2] = mx
         for _ in range(1):
             R[R_F] = ti.cast(f[0], FT)
-            combine(part, R, R_AB, nch, 3, 2)      # R_AB, R_BB, R_BMAX
+            combine(part, R, R_AB, nch, 3, 2, False)      # R_AB, R_BB, R_BMAX
     return k
 
 

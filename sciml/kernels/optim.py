@@ -191,7 +191,7 @@ def _build(kind, dtype, serial, plain=False, flags=(), lanes=0):
         return k
 
     if kind == "sumsq":   # an ordered reduction (kernels/_common.scratch): the same bits on every run
-        CH = C.reduce_chunk()
+        CH, combine = C.reduce_chunk(), C.combine_func()
 
         @ti.kernel
         def k(x: A, out: A, part: A, n: ti.i32, slot: ti.i32, nch: ti.i32):
@@ -202,10 +202,7 @@ def _build(kind, dtype, serial, plain=False, flags=(), lanes=0):
                     acc += x[i] * x[i]
                 part[ch] = acc
             for _ in range(1):
-                acc = part[0]
-                for ch in range(1, nch):
-                    acc += part[ch]
-                out[slot] += acc
+                combine(part, out, slot, nch, 1, -1, True)   # out[slot] += the partials in order
         return k
     raise ValueError(kind)
 
