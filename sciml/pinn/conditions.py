@@ -101,6 +101,11 @@ class Condition:
     on = "boundary"
 
     def __init__(self, on="boundary", weight=1.0, points=None, component=None, name=None):
+        if component is not None and (isinstance(component, bool) or
+                                      not isinstance(component, (numbers.Integral, str))):
+            raise TypeError(f"{type(self).__name__}(component={component!r}): expected None (every "
+                            "output), an output index or an output name, got "
+                            f"{type(component).__name__}; for several outputs give one condition each.")
         self.on, self.weight, self.component = on, float(weight), component
         self.given = None
         if points is None or (isinstance(points, numbers.Integral) and not isinstance(points, bool)):
@@ -127,6 +132,52 @@ class Condition:
     def derivs(self, names):
         """Multi-indices this condition needs (tuples of coordinate axes)."""
         return {()}
+
+    def resolve_component(self, n_out, output_names=None):
+        """Check ``component`` against the problem's outputs and turn a name or a negative index
+        into the index (called by Problem before any point is drawn)."""
+        c, who = self.component, f"{type(self).__name__}(component={self.component!r})"
+        if c is None:
+            return
+        if isinstance(c, str):
+            if not output_names or c not in output_names:
+                raise ValueError(f"{who}: no output named {c!r}; the problem's outputs are "
+                                 f"{tuple(output_names) if output_names else n_out} "
+                                 "(name them with Problem(outputs=('u', 'v', ...))).")
+            self.component = tuple(output_names).index(c)
+            return
+        if not -n_out <= c < n_out:
+            raise ValueError(f"{who}: the problem has {n_out} output(s); expected an index in "
+                             f"0..{n_out - 1}.")
+        self.component = int(c) % n_out
+
+    def constant_value(self) -> bool:
+        """True when the condition's value is one number (it then applies to every selected output)."""
+        v = getattr(self, "value", None)
+        return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+    def check_columns(self, k, n_out, m=None):
+        """Raise a clear ValueError when the condition's values have ``k`` columns but it applies to
+        a different number of outputs: numpy's broadcasting would otherwise compare every output with
+        one column, or one output with every column, without a word (DeepXDE fixed the same in
+        PointSetBC, lululxvi/deepxde#2101). A number applies to every output the condition selects."""
+        s = n_out if self.component is None else 1
+        if k == s or (k == 1 and self.constant_value()):
+            return
+        what = "values have" if isinstance(self, PointData) else "value gives"
+        where = f" at {m} points" if m is not None else ""
+        if s == 1:
+            hint = "expected (m,) or (m, 1) values" + ("" if self.component is None else
+                                                        f" for output {self.component} (component={self.component})")
+        elif self.component is None:
+            hint = (f"component=None means every output. Give component=k for output k alone (DeepXDE's "
+                    f"default is component=0), or {s} columns, one per output; a number applies to "
+                    "every output")
+        raise ValueError(f"{self._who()}: {what} {k} column(s){where}, but the condition applies to "
+                         f"{s} output(s); {hint}.")
+
+    def _who(self):
+        return f"{type(self).__name__}(name={self.name!r})"
 
     def check(self, domain):
         """Raise a clear ValueError if the domain has no boundary part ``self.on`` or the

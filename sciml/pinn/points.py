@@ -59,6 +59,9 @@ def sample_batch(problem, points, rng, method, dtype, pde_on_boundary=False):
     interior = given if given is not None else problem.domain.sample_interior(n_int, rng, method)
     cond_pts = [c.sample(problem.domain, n, rng, method)
                 for c, n in zip(problem.conditions, per) if not c.hard]
+    for c, p in zip(problem.soft_conditions, cond_pts):   # a value's columns against the outputs
+        if p.target is not None and not hasattr(p.target, "_buf"):
+            c.check_columns(np.shape(p.target)[1], problem.n_out, len(p))
     if pde_on_boundary:
         # a periodic condition's points are boundary points at both ends (DeepXDE draws them
         # from its boundary pool, on which the PDE holds too): all of them join

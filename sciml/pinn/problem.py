@@ -19,7 +19,7 @@ import numpy as np
 
 from ..autodiff import ops
 from ..autodiff.tensor import Tensor, tensor
-from .conditions import Condition, Dirichlet, Initial, as_target_tensors
+from .conditions import Condition, Dirichlet, Initial, PointData, as_target_tensors
 from .operators import Coordinate, Jet, _Missing, network_derivatives, path_reason
 from . import fused_loss  # noqa: E402  (Loss.terms' fused regions)
 
@@ -124,6 +124,10 @@ class Problem:
         else:
             self.output_names = tuple(outputs)
             self.n_out = len(self.output_names)
+        for c in self.conditions:   # components against the outputs; data columns too (no broadcasting)
+            c.resolve_component(self.n_out, self.output_names)
+            if isinstance(c, PointData):
+                c.check_columns(c.y.shape[1], self.n_out, len(c.y))
         self.name = name or getattr(residual, "__name__", "problem")
         self.reference = _check_reference(domain, reference)
         self._bind_signature()

@@ -82,7 +82,18 @@ class Progress:
 
 
 def reference_grid(problem):
-    """Points and reference values the error is measured on (None without a reference)."""
+    """Points and reference values the error is measured on (None without a reference). A reference
+    with k < n_out columns measures the first k outputs (an inverse problem's field known, its
+    coefficient field not); more columns than outputs is an error (numpy would broadcast)."""
+    g = _reference_grid(problem)
+    if g is not None and g["u"].shape[1] > problem.n_out:
+        raise ValueError(f"Problem(reference=...): the reference gives {g['u'].shape[1]} columns at "
+                         f"{len(g['u'])} points but the problem has {problem.n_out} output(s); expected "
+                         f"at most {problem.n_out} (k < {problem.n_out} columns compare the first k outputs).")
+    return g
+
+
+def _reference_grid(problem):
     ref = problem.reference
     if ref is None:
         return None
