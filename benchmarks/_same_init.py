@@ -6,7 +6,7 @@ by the library alone and not by the random draw of the initial weights.
     python -m benchmarks._same_init load WEIGHTS.npz examples/deepxde/NAME.py       # sciml
 
 ``dump`` wraps ``dde.Model.__init__`` (the twin's network exists by then, untrained) and saves
-every ``torch.nn.Linear`` of the network in order; ``load`` wraps ``sciml.models.MLP.__init__``
+every ``torch.nn.Linear`` of the network in order (a PFNN's one sub-network after the other); ``load`` wraps ``sciml.models.MLP.__init__``
 and overwrites the freshly drawn weights and biases of each MLP the port builds, in order, with
 the dumped ones (layer shapes checked). The scripts themselves are run unchanged (``runpy``).
 
@@ -81,7 +81,7 @@ def dump(path, script):
 
     def wrapped(self, data, net, *a, **k):
         mats = {}
-        for i, m in enumerate(x for x in net.modules() if isinstance(x, torch.nn.Linear)):
+        for i, m in enumerate(_linears(net, torch)):
             mats[f"w{i}"] = m.weight.detach().cpu().numpy().T.astype(np.float64)   # (in, out)
             mats[f"b{i}"] = (m.bias.detach().cpu().numpy().astype(np.float64) if m.bias is not None
                              else np.zeros(m.weight.shape[0]))
@@ -90,6 +90,17 @@ def dump(path, script):
 
     dde.Model.__init__ = wrapped
     _run(script)
+
+
+def _linears(net, torch):
+    """The network's Linear layers in the order a sciml port builds them: module order, except that a
+    PFNN (one sub-network per output, each layer a ModuleList over the sub-networks) is taken one
+    sub-network at a time, as the port's ``Fields(MLP(...), MLP(...))`` builds its MLPs."""
+    layers = getattr(net, "layers", None)
+    if type(net).__name__ == "PFNN" and layers is not None and all(
+            isinstance(l, torch.nn.ModuleList) and len(l) == len(layers[0]) for l in layers):
+        return [layer[j] for j in range(len(layers[0])) for layer in layers]
+    return [x for x in net.modules() if isinstance(x, torch.nn.Linear)]
 
 
 def load(path, script):
