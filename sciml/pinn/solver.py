@@ -511,15 +511,26 @@ def _deferred_interrupt():
 
 
 def _check_net(problem, net, dtype):
-    x = tensor(np.zeros((1, problem.domain.dim)), dtype)
+    """The network (with its transforms) maps m points to (m, n_out). Probed at m = 5 or 7 points of the
+    domain (m unequal to n_out): with one point, a transform written ``x[:, 0] * y`` ((m,) times (m, 1):
+    (m, m) by broadcasting) would pass and then train on an (n, n) output without a word."""
+    m = 7 if problem.n_out == 5 else 5
+    try:
+        pts = problem.domain.sample_interior(m, np.random.default_rng(0))
+    except Exception:   # a domain without a sampler of its own: the shape is what is checked
+        pts = np.zeros((m, problem.domain.dim))
+    x = tensor(np.asarray(pts, dtype=np.float64), dtype)
     try:
         y = net.apply(net.params(), x)
     except Exception as e:
         raise ValueError(f"solve: the network cannot take points of shape (n, {problem.domain.dim}) "
                          f"(coordinates {problem.names}): {e}") from None
-    if y.ndim != 2 or y.shape[1] != problem.n_out:
-        raise ValueError(f"solve: the network maps (n, {problem.domain.dim}) to {y.shape}; the "
-                         f"problem needs (n, {problem.n_out}) (outputs).")
+    if y.ndim != 2 or tuple(y.shape) != (m, problem.n_out):
+        bc = (" (an output transform written x[:, 0] * y multiplies an (n,) column by the (n, 1) "
+              "output: (n, n) by broadcasting; write x[:, 0:1] * y)") if y.ndim == 2 and y.shape[1] == m else ""
+        raise ValueError(f"solve: the network maps {m} points (shape ({m}, {problem.domain.dim})) to "
+                         f"{tuple(y.shape)}; the problem needs ({m}, {problem.n_out}) (one row per point, "
+                         f"one column per output){bc}.")
 
 
 def _term_grad_norms(loss, params):

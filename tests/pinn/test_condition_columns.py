@@ -136,3 +136,23 @@ def test_rectangle_system_dirichlet_component_names():
                             Dirichlet(lambda x, y: y, component="v")])
     assert [c.component for c in p.conditions] == [0, 1]
     assert np.isfinite(_solve(p, 2).history["loss"][-1])
+
+
+@pytest.mark.parametrize("n_out", [1, 2])
+def test_output_transform_that_broadcasts_to_n_by_n_is_refused(n_out):
+    """``x[:, 0] * y`` is (n,) times (n, k): (n, n) or an error by broadcasting. A one-point probe passed
+    it and the run trained on an (n, n) output (rel. L2 1.0, no error)."""
+    from sciml.pinn import Transformed
+    names = ("u", "v")[:n_out] if n_out > 1 else 1
+    pde = _pde2 if n_out == 2 else (lambda u, x: d(u, x, x) + 1.0)
+    p = Problem(Interval(0, 1), pde, outputs=names, conditions=[Dirichlet(0.0)])
+    net = Transformed(MLP([1, 8, 1], seed=0), output=lambda x, y: x[:, 0] * y)
+    with pytest.raises(ValueError, match=r"maps 5 points .* to \(5, 5\).*x\[:, 0:1\] \* y"):
+        solve(p, net, points=16, stages=[(Adam(lr=1e-3), 2)], progress=False)
+
+
+def test_output_transform_with_a_column_slice_trains():
+    from sciml.pinn import Transformed
+    p = Problem(Interval(0, 1), lambda u, x: d(u, x, x) + 1.0, conditions=[Dirichlet(0.0)])
+    net = Transformed(MLP([1, 8, 1], seed=0), output=lambda x, y: x[:, 0:1] * (1 - x[:, 0:1]) * y)
+    assert np.isfinite(solve(p, net, points=16, stages=[(Adam(lr=1e-3), 2)], progress=False).history["loss"][-1])

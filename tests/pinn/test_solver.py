@@ -144,7 +144,7 @@ def test_bad_stages_points_and_net():
         solve(pb, net, stages=[Adam()])
     with pytest.raises(ValueError, match="unknown key"):
         solve(pb, net, points={"inside": 10}, stages=[(Adam(), 1)])
-    with pytest.raises(ValueError, match=r"maps \(n, 1\) to \(1, 2\)"):
+    with pytest.raises(ValueError, match=r"maps 5 points \(shape \(5, 1\)\) to \(5, 2\); the problem needs \(5, 1\)"):
         solve(pb, MLP([1, 4, 2], seed=0), stages=[(Adam(), 1)])
     with pytest.raises(ValueError, match="dtype must be"):
         solve(pb, net, stages=[(Adam(), 1)], dtype="float16")
