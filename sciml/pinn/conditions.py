@@ -58,6 +58,17 @@ def _evaluate(value, cols, m, who):
     return np.ascontiguousarray(v)
 
 
+def square_residual(r, n, who):
+    """Refuse an (n, n) residual at n >= 2 points: it is numpy/torch broadcasting of an (n,) column against an
+    (n, 1) one (``d(u, x, x) + sin(x).reshape(-1)``), which trains on n^2 entries without a word, not n
+    equations. An array of k != n equations is kept; a system of n equations at n points is a list."""
+    if n >= 2 and r.ndim == 2 and r.shape[1] == n:
+        raise ValueError(f"{who} returned shape {tuple(r.shape)} at {n} points: an (n, n) array is what "
+                         "broadcasting an (n,) column against an (n, 1) one gives (u and the coordinates "
+                         "are (n, 1) columns: keep them so, e.g. sm.sin(x), not x.reshape(-1)). For a "
+                         "system of equations return a list of (n,) / (n, 1) residuals.")
+
+
 def _select(u, component):
     return u if component is None else u[component]
 
@@ -454,7 +465,12 @@ class Operator(Condition):
         r = self.fn(**kw)
         if isinstance(r, (list, tuple)):
             from ..autodiff import ops
-            r = ops.concat([ops.reshape(p, (len(pts), -1)) for p in r], axis=1)
+            parts = [ops.reshape(p, (len(pts), -1)) for p in r]
+            for p in parts:
+                square_residual(p, len(pts), self.name)
+            r = ops.concat(parts, axis=1)
+        elif isinstance(r, Tensor) and r.ndim == 2:
+            square_residual(r, len(pts), self.name)
         if not isinstance(r, Tensor) or r.shape[0] != len(pts) or r.ndim > 2:
             raise ValueError(f"{self.name}: the residual returned "
                              f"{getattr(r, 'shape', type(r).__name__)}; expected ({len(pts)},) or "

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..autodiff import ops
 from ..autodiff.tensor import Tensor, tensor
-from .conditions import Condition, Dirichlet, Initial, PointData, as_target_tensors
+from .conditions import Condition, Dirichlet, Initial, PointData, as_target_tensors, square_residual as _square
 from .operators import Coordinate, Jet, _Missing, network_derivatives, path_reason
 from . import fused_loss  # noqa: E402  (Loss.terms' fused regions)
 
@@ -298,13 +298,15 @@ class Problem:
 
     def _raw_pde_residual(self, jet, coords):
         r = self.residual(**self.residual_kwargs(jet.field(()), coords))
-        if isinstance(r, (list, tuple)):
+        listed = isinstance(r, (list, tuple))
+        if listed:
             parts = [ops.reshape(p, (p.shape[0], -1)) if isinstance(p, Tensor) and p.ndim in (1, 2)
                      else p for p in r]
             for p in parts:
                 if not isinstance(p, Tensor) or p.shape[0] != jet.n:
                     shape = getattr(p, "shape", type(p).__name__)
                     raise ValueError(BAD_RESIDUAL_SHAPE.format(shape=shape, n=jet.n))
+                _square(p, jet.n, "residual")
             r = parts[0] if len(parts) == 1 else ops.concat(parts, axis=1)
         if not isinstance(r, Tensor):
             raise TypeError(f"residual returned a {type(r).__name__}; expected a Tensor of shape "
@@ -313,6 +315,8 @@ class Problem:
             r = ops.reshape(r, (jet.n, 1))
         if r.ndim != 2 or r.shape[0] != jet.n:
             raise ValueError(BAD_RESIDUAL_SHAPE.format(shape=r.shape, n=jet.n))
+        if not listed:   # a list's parts were checked one by one (their columns may add up to n)
+            _square(r, jet.n, "residual")
         return r
 
     # --- hard constraints: u = A(x) + B(x) N(x) -------------------------------------------------

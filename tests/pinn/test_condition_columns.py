@@ -156,3 +156,29 @@ def test_output_transform_with_a_column_slice_trains():
     p = Problem(Interval(0, 1), lambda u, x: d(u, x, x) + 1.0, conditions=[Dirichlet(0.0)])
     net = Transformed(MLP([1, 8, 1], seed=0), output=lambda x, y: x[:, 0:1] * (1 - x[:, 0:1]) * y)
     assert np.isfinite(solve(p, net, points=16, stages=[(Adam(lr=1e-3), 2)], progress=False).history["loss"][-1])
+
+
+def test_square_pde_residual_is_refused():
+    """``d(u, x, x) + sin(x).reshape(-1)``: (n, 1) + (n,) is (n, n) by broadcasting; it trained silently."""
+    import sciml as sm
+    for res in (lambda u, x: d(u, x, x) + sm.sin(x).reshape(-1),
+                lambda u, x: [d(u, x, x) + sm.sin(x).reshape(-1)]):
+        p = Problem(Interval(0, 1), res, conditions=[Dirichlet(0.0)])
+        with pytest.raises(ValueError, match=r"residual returned shape \(8, 8\) at 8 points.*broadcasting"):
+            _solve(p, 1)
+
+
+def test_square_operator_residual_is_refused():
+    from sciml.pinn import Operator
+    p = Problem(Interval(0, 1), lambda u, x: d(u, x, x) + 1.0,
+                conditions=[Operator(lambda u, x: d(u, x) - x.reshape(-1), points=X)])
+    with pytest.raises(ValueError, match=r"operator:points returned shape \(10, 10\) at 10 points"):
+        _solve(p, 1)
+
+
+def test_system_of_two_equations_at_two_points_is_a_list():
+    """A list's parts are checked one by one: two (n, 1) equations at n = 2 points stay a system."""
+    p = Problem(Interval(0, 1), _pde2, outputs=("u", "v"), conditions=[Dirichlet(0.0)])
+    r = solve(p, MLP([1, 8, 2], seed=0), points=np.array([[0.3], [0.6]]), stages=[(Adam(lr=1e-3), 2)],
+              progress=False)
+    assert np.isfinite(r.history["loss"][-1])
