@@ -34,10 +34,18 @@ class Points:
         return len(self.x)
 
 
-def _evaluate(value, cols, m, who):
+def _evaluate(value, cols, m, who, names=None):
     """A number or a function of coordinate columns -> numpy (m, k) float64."""
     if callable(value):
-        v = value(*cols)
+        try:
+            v = value(*cols)
+        except (TypeError, IndexError) as e:   # most often a DeepXDE-style f(X) of an (m, dim) array
+            cn = f" {tuple(names)}" if names else ""
+            raise ValueError(
+                f"{who}: the value function failed on the coordinate columns ({len(cols)} array(s) of "
+                f"shape ({m},){cn}): {type(e).__name__}: {e}. A value function takes one (m,) array per "
+                f"coordinate, e.g. lambda{' ' + ', '.join(names) if names else ''}: ...; a DeepXDE function "
+                "f(X) of an (m, dim) array becomes lambda *c: f(np.stack(c, axis=1)).") from e
         if hasattr(v, "numpy") and not isinstance(v, np.ndarray):
             v = v.numpy()
     elif isinstance(value, numbers.Real) or isinstance(value, (list, tuple, np.ndarray)):
@@ -243,7 +251,7 @@ class Dirichlet(Condition):
         self.value, self.hard = value, bool(hard)
 
     def _target(self, domain, pts):
-        return _evaluate(self.value, pts.x.T, len(pts), f"Dirichlet(on={self.on!r})")
+        return _evaluate(self.value, pts.x.T, len(pts), f"Dirichlet(on={self.on!r})", domain.names)
 
     def residual(self, u, pts):
         return _summed(_select(u, self.component) - pts.target)
@@ -266,7 +274,7 @@ class Neumann(Condition):
         return pts
 
     def _target(self, domain, pts):
-        return _evaluate(self.value, pts.x.T, len(pts), f"Neumann(on={self.on!r})")
+        return _evaluate(self.value, pts.x.T, len(pts), f"Neumann(on={self.on!r})", domain.names)
 
     def _dudn(self, u, pts):
         v = _select(u, self.component)
@@ -371,7 +379,8 @@ class Initial(Condition):
 
     def _target(self, domain, pts):
         cols = [pts.x[:, i] for i, s in enumerate(domain.names) if s != "t"]
-        return _evaluate(self.value, cols, len(pts), "Initial")
+        return _evaluate(self.value, cols, len(pts), "Initial",
+                         [s for s in domain.names if s != "t"])
 
     def residual(self, u, pts):
         v = _select(u, self.component)

@@ -182,3 +182,24 @@ def test_system_of_two_equations_at_two_points_is_a_list():
     r = solve(p, MLP([1, 8, 2], seed=0), points=np.array([[0.3], [0.6]]), stages=[(Adam(lr=1e-3), 2)],
               progress=False)
     assert np.isfinite(r.history["loss"][-1])
+
+
+@pytest.mark.parametrize("cond, dom, match", [
+    (Dirichlet(lambda x: np.sin(x[:, 0:1])), "1d", r"Dirichlet\(on='boundary'\): the value function failed on the "
+     r"coordinate columns \(1 array\(s\) of shape \(\d+,\) \('x',\)\): IndexError.*lambda x: \.\.\..*np\.stack"),
+    (Dirichlet(lambda X: np.sin(X[:, 0:1])), "2d", r"\(2 array\(s\) .*\('x', 't'\)\): TypeError.*lambda x, t:"),
+    (Initial(lambda X: np.sin(X[:, 0:1])), "2d", r"Initial: .*\('x',\)\): IndexError"),
+])
+def test_deepxde_style_value_function_gets_a_clear_error(cond, dom, match):
+    """DeepXDE's value functions take one (m, dim) array; sciml's one (m,) array per coordinate."""
+    domain = Interval(0, 1) if dom == "1d" else Interval(0, 1) * TimeInterval(0, 1)
+    pde = (lambda u, x: d(u, x, x)) if dom == "1d" else (lambda u, x, t: d(u, t) - d(u, x, x))
+    with pytest.raises(ValueError, match=match):
+        _solve(Problem(domain, pde, conditions=[cond]), 1)
+
+
+def test_deepxde_function_through_the_documented_adapter():
+    f = lambda X: np.sin(np.pi * X[:, 0:1]) * np.exp(-X[:, 1:2])   # noqa: E731  (DeepXDE's form)
+    p = Problem(Interval(0, 1) * TimeInterval(0, 1), lambda u, x, t: d(u, t) - d(u, x, x),
+                conditions=[Dirichlet(lambda *c: f(np.stack(c, axis=1)))])
+    assert np.isfinite(_solve(p, 1).history["loss"][-1])
