@@ -188,15 +188,12 @@ class Condition:
         if s == 1:
             hint = "expected (m,) or (m, 1) values" + ("" if self.component is None else
                                                         f" for output {self.component} (component={self.component})")
-        elif self.component is None:
+        else:   # several outputs: component is None
             hint = (f"component=None means every output. Give component=k for output k alone (DeepXDE's "
                     f"default is component=0), or {s} columns, one per output; a number applies to "
                     "every output")
-        raise ValueError(f"{self._who()}: {what} {k} column(s){where}, but the condition applies to "
+        raise ValueError(f"{type(self).__name__}(name={self.name!r}): {what} {k} column(s){where}, but the condition applies to "
                          f"{s} output(s); {hint}.")
-
-    def _who(self):
-        return f"{type(self).__name__}(name={self.name!r})"
 
     def check(self, domain):
         """Raise a clear ValueError if the domain has no boundary part ``self.on`` or the
