@@ -188,6 +188,51 @@ def test_exp_sigmoid_tanh_accuracy_wide():
     assert V.wide("float32") in _lanes_built("unary_lanes", "float32")
 
 
+def test_transcendental_forms_take_fmas_on_the_host(monkeypatch):
+    """float32 tanh / exp / sigmoid take their Horner steps as fused multiply-adds on an x64 host with FMA units
+    (``elementwise.trans_fma``, fma_tile.py's bitcode): the results differ from the plain form (so the FMAs did
+    run) by at most an ulp or two, tanh is at least as accurate, the vector body and the one-element path give
+    the same bits (64-byte-aligned and misaligned buffers), and SCIML_TRANS_FMA=0's switch gives the plain form."""
+    from sciml.kernels import fma_tile as FT
+    sm.init(arch="cpu")
+    if not (FT.available() and FT.host_has_fma()):
+        pytest.skip("no x64 FMA host / bitcode")
+    rng = np.random.default_rng(3)
+    n = 200_003
+    x = _aligned(n + 1, "float32")
+    x[:] = np.concatenate([rng.uniform(-12, 12, n - 6), np.float32([np.nan, np.inf, -np.inf, 0, -0.0, 1e-6, 3])])
+    x64 = x.astype(np.float64)
+    got = {}
+    for flag in (True, False):
+        monkeypatch.setattr(E, "TRANS_FMA", [flag])
+        C._cache.clear()
+        assert E.trans_fma(V.wide("float32")) is flag and E.trans_fma(1) is flag
+        for op in ("tanh", "exp", "sigmoid"):
+            o, o1 = _aligned(n + 1, "float32"), _aligned(n + 1, "float32")
+            with np.errstate(all="ignore"):
+                E.unary(op, x, o, n + 1, "float32")          # the vector body (and its tail)
+                E.unary(op, x[1:], o1[1:], n, "float32")     # 4 bytes past the boundary: one element at a time
+            np.testing.assert_array_equal(o[1:], o1[1:], err_msg=op)
+            got[op, flag] = o
+    C._cache.clear()
+    for op in ("tanh", "exp", "sigmoid"):
+        a, b = got[op, True], got[op, False]
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(x))
+        diff = a != b
+        diff &= ~np.isnan(a)
+        assert diff.any(), op  # the FMA form ran
+        fin = np.isfinite(a) & np.isfinite(b) & (a != 0)
+        if op == "tanh":  # absolute-error forms (< 4e-7 each, below): they differ by at most the sum
+            assert np.abs(a[fin] - b[fin]).max() <= 7e-7
+        else:
+            assert (np.abs(a[fin] - b[fin]) / np.spacing(np.abs(b[fin]))).max() <= 2, op
+    with np.errstate(all="ignore"):
+        ref = np.tanh(x64)
+    ok = ~np.isnan(ref)
+    e_fma, e_plain = np.abs(got["tanh", True][ok] - ref[ok]).max(), np.abs(got["tanh", False][ok] - ref[ok]).max()
+    assert e_fma <= e_plain and e_fma <= 3e-7
+
+
 @pytest.mark.parametrize("n", TAILS)
 def test_transcendental_tails(small_vec, n):
     sm.init(arch="cpu")

@@ -21,6 +21,10 @@ keep their own arrays and loops (``skinny_gemm.py``, ``taylor_gemm.py``): Taichi
 element is refused: "external func call via bitcode must pass in local variables"), so no raw address enters the
 kernel and sciml.jit's replays rebind its arrays as for any kernel; once inlined, the locals become registers.
 
+``fma_name(L)`` (``fma``): ``r = fma(a, b, c)`` on L-lane locals (L = 1: scalars), one rounding: the Horner steps of
+the float32 transcendental forms (``elementwise.exp_funcs``: tanh, exp, sigmoid), whose dependent chains of
+separate multiplies and adds were what those maps spent their time on.
+
 The bitcode (``fma_tile.bc``, next to this file) is ``llvm-as`` (LLVM 14, bitcode that Taichi's LLVM 15 reads)
 of :func:`module_text`; ``python -m sciml.kernels.fma_tile`` writes it again (a test compares the two when
 ``llvm-as`` is installed). Taichi's offline cache keys a kernel by its Python source, not the bitcode: the
@@ -30,12 +34,13 @@ import os
 import warnings
 
 # Taichi warns at compile time about the call of a Python function (``call`` below) inside a kernel
-warnings.filterwarnings("ignore", message=r".*Calling non-taichi function .FT\.(call|axpy)", category=SyntaxWarning)
+warnings.filterwarnings("ignore", message=r".*Calling non-taichi function .FT\.(call|axpy|fma)", category=SyntaxWarning)
 
-VERSION = 2
-TEXT_SHA256 = "ff6bc5e96defa565"  # of module_text(): a test checks it (a new text needs a new VERSION)
+VERSION = 3
+TEXT_SHA256 = "ea7ccb51bbfc4a7d"  # of module_text(): a test checks it (a new text needs a new VERSION)
 SHAPES = ((16, 4, 4), (8, 2, 4))  # (lanes, rows, gates) of the functions in the module
 AXPY_LANES = (16, 8)  # lanes of the one-FMA functions (``axpy_name``: skinny_gemm.py, taylor_gemm.py)
+FMA_LANES = (1, 4, 8, 16, 32, 64)  # lanes of the elementwise FMA functions (``fma_name``: elementwise.exp_funcs)
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fma_tile.bc")
 _LAYOUT = "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-f80:128-n8:16:32:64-S128"
 
@@ -100,6 +105,20 @@ def _axpy(L):
             f"  store {v} %r, {v}* %ap, align 4", "  ret void", "}", ""]
 
 
+def fma_name(L):
+    return f"sciml_fma_vvv_v{VERSION}_{L}"
+
+
+def _fma(L):
+    """``fma_name(L)``: ``void f(T* r, T* a, T* b, T* c)``: r = fma(a, b, c), T = <L x float> (float for L = 1)."""
+    v = "float" if L == 1 else f"<{L} x float>"
+    intr = "llvm.fma.f32" if L == 1 else f"llvm.fma.v{L}f32"
+    return [f"define void @{fma_name(L)}({v}* %rp, {v}* %ap, {v}* %bp, {v}* %cp) {{", "entry:",
+            f"  %a = load {v}, {v}* %ap, align 4", f"  %b = load {v}, {v}* %bp, align 4",
+            f"  %c = load {v}, {v}* %cp, align 4", f"  %r = call {v} @{intr}({v} %a, {v} %b, {v} %c)",
+            f"  store {v} %r, {v}* %rp, align 4", "  ret void", "}", ""]
+
+
 def module_text():
     """The LLVM IR (text) of every tile function."""
     o = [f'target datalayout = "{_LAYOUT}"', ""]
@@ -107,8 +126,11 @@ def module_text():
         o += _tile(*s)
     for L in AXPY_LANES:
         o += _axpy(L)
-    for L in sorted({s[0] for s in SHAPES} | set(AXPY_LANES)):
+    for L in FMA_LANES:
+        o += _fma(L)
+    for L in sorted({s[0] for s in SHAPES} | set(AXPY_LANES) | set(FMA_LANES) - {1}):
         o += [f"declare <{L} x float> @llvm.fma.v{L}f32(<{L} x float>, <{L} x float>, <{L} x float>)"]
+    o += ["declare float @llvm.fma.f32(float, float, float)"]
     return "\n".join(o) + "\n"
 
 
@@ -126,6 +148,32 @@ def axpy(L, acc, x, w):
     """Inside a Taichi kernel: ``acc = fma(x, w, acc)`` on the locals ``acc`` (vector of L float32), ``x``
     (float32, broadcast) and ``w`` (vector of L float32); one vector FMA once inlined."""
     _insert(axpy_name(L), [acc, x, w])
+
+
+def fma(L, r, a, b, c):
+    """Inside a Taichi kernel: ``r = fma(a, b, c)`` on the locals ``r``, ``a``, ``b``, ``c`` (L-lane float32 vectors,
+    or float32 scalars for L = 1), one rounding; one vector FMA once inlined."""
+    _insert(fma_name(L), [r, a, b, c])
+
+
+def host_has_fma():
+    """The host's CPU has FMA units (x86 flag ``fma``): without them ``llvm.fma`` compiles to a libm call per
+    element. Read once from /proc/cpuinfo; False where it cannot be read."""
+    if not _HAS_FMA:
+        ok = False
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("flags"):
+                        ok = "fma" in line.split(":", 1)[1].split()
+                        break
+        except OSError:
+            pass
+        _HAS_FMA.append(ok)
+    return _HAS_FMA[0]
+
+
+_HAS_FMA = []
 
 
 def _insert(name, args):
