@@ -42,6 +42,11 @@ FMA = [os.environ.get("SCIML_TAYLOR_GEMM_FMA", "1").strip() != "0"]
 # Lotka-Volterra net (1-64x6-2) took 227 s with them at 64 and 4.8 s without, for ~10 % more steps/s. Wider
 # layers take BLAS + the Taylor kernel.
 MAX_WIDTH = 32
+# and the unrolled sum's length in vectors (w_in * w / L) at most: float64's vectors hold half as many lanes, so
+# the same width unrolls twice as far. Measured (examples/poisson.py, float64, 2-32x4-1, 5 streams, fresh Taichi
+# cache): 60 s with these kernels at w = 32 (45 s of it compiling them), 8 s without; warm, 300 Adam steps took
+# 11.5-16.0 s with them and 10.3-11.1 s without: no gain to pay the compile for. float32 at w = 32 is 64.
+MAX_UNROLL = 64
 
 
 def lanes(act, w_in: int, w: int, dtype: str, o: int, ptrs):
@@ -52,7 +57,7 @@ def lanes(act, w_in: int, w: int, dtype: str, o: int, ptrs):
             or dtype not in V.LANES or w_in > MAX_WIDTH or w > MAX_WIDTH or o > TK.VEC_MAX_OUT):
         return None
     L = V.wide(dtype)
-    if L <= V.LANES[dtype]:   # a host without wide vectors: BLAS
+    if L <= V.LANES[dtype] or w_in * (w // L) > MAX_UNROLL:   # a host without wide vectors, or a long unroll: BLAS
         return None
     if TV.lanes(w, dtype, ptrs) != L:
         return None
@@ -202,4 +207,4 @@ def layer_backward(L, act, Z, HV, W, G, GN, WN, coords, pairs, n: int, w: int, w
     TV.layer_backward(L, act, Z, HV, W if first else GN, G, coords, pairs, n, w, first, dtype, top=(GN, WN, w_next))
 
 
-__all__ = ["BACKWARD", "ENABLED", "MAX_WIDTH", "backward_lanes", "host_lanes", "lanes", "layer_backward", "layer_forward"]
+__all__ = ["BACKWARD", "ENABLED", "MAX_UNROLL", "MAX_WIDTH", "backward_lanes", "host_lanes", "lanes", "layer_backward", "layer_forward"]
