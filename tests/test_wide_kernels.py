@@ -145,6 +145,26 @@ def test_misaligned_operands_fall_back(offset):
     np.testing.assert_allclose(s[0], x.astype(np.float64).sum(), rtol=1e-5, atol=1e-3)
 
 
+@pytest.mark.parametrize("width", (8, 4))
+def test_narrower_lanes_than_the_host_never_fault(monkeypatch, width):
+    """SCIML_VEC_LANES below the host's width (8 on an AVX-512 host): the transcendental maps take two 8-lane
+    vectors per iteration, which the JIT loads as one 64-byte zmm; on a buffer aligned to 32 bytes only that
+    load faulted (a segfault, not an error). Now those maps need 64-byte alignment for it, else one vector."""
+    sm.init(arch="cpu")
+    monkeypatch.setattr(V, "_WIDTH", [width])
+    C._cache.clear()
+    try:
+        n, dt = 40009, "float32"
+        for off in (0, 16, 32, 48):
+            x, o = _aligned(n, dt, off), _aligned(n, dt, off)
+            x[:] = np.random.default_rng(off).uniform(-9, 9, n)
+            for op, ref in (("tanh", np.tanh), ("exp", np.exp)):
+                E.unary(op, x, o, n, dt)
+                np.testing.assert_allclose(o, ref(x.astype(np.float64)), rtol=3e-7, atol=5e-7 if op == "tanh" else 0)
+    finally:
+        C._cache.clear()
+
+
 def _ulps(got, ref):
     sp = 2.0 ** (np.floor(np.log2(np.abs(ref))) - 23)
     return np.abs(got.astype(np.float64) - ref) / sp

@@ -98,7 +98,14 @@ def trans_lanes_for(ptrs, dtype):
     vector is four aligned zmm loads), else what :func:`lanes_for` gives (16-byte vectors or None)."""
     L = lanes_for(ptrs, dtype)
     if L is not None and L == wide(dtype) and L > LANES[dtype]:
-        return L * trans_vectors(dtype)
+        T = L * trans_vectors(dtype)
+        # the wider vector's loads may be issued at its own width up to 64 bytes: with SCIML_VEC_LANES=8 on an
+        # AVX-512 host, 16 float32 lanes are one zmm load, which faults on a 32-byte-aligned address
+        acc = 0
+        for p in ptrs:
+            acc |= p
+        if not acc & (min(ALIGN, T * (4 if dtype == "float32" else 8)) - 1):
+            return T
     return L
 
 
