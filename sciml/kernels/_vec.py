@@ -40,22 +40,44 @@ def host_width() -> int:
         if env not in ("4", "8", "16"):
             raise ValueError(f"SCIML_VEC_LANES: expected 4, 8 or 16, got {env!r}")
         w = int(env)
-    else:
-        w = 4
-        try:
-            with open("/proc/cpuinfo") as f:
-                for line in f:
-                    if line.startswith("flags"):
-                        flags = set(line.split(":", 1)[1].split())
-                        w = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
-                        break
-        except OSError:  # not Linux: the 16-byte kernels only
-            pass
+    else:  # not Linux (no flags): the 16-byte kernels only
+        flags = cpu_flags()
+        w = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
     _WIDTH.append(w)
     return w
 
 
 _WIDTH: list = []
+
+
+def cpu_flags() -> frozenset:
+    """The host CPU's feature flags (/proc/cpuinfo's first ``flags`` line), read once; empty where it cannot be
+    read (not Linux)."""
+    if not _FLAGS:
+        flags = frozenset()
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("flags"):
+                        flags = frozenset(line.split(":", 1)[1].split())
+                        break
+        except OSError:
+            pass
+        _FLAGS.append(flags)
+    return _FLAGS[0]
+
+
+_FLAGS: list = []
+
+
+def _or(ptrs) -> int:
+    """The bitwise OR of the addresses ``ptrs``: its low bits tell the alignment they all share."""
+    acc = 0
+    for p in ptrs:
+        acc |= p
+    return acc
+
+
 ALIGN = 64  # bytes: backend's own large host buffers start on this boundary (any width's vectors fit)
 
 
@@ -70,9 +92,7 @@ def lanes_for(ptrs, dtype):
     lanes (32 or 64 bytes), else the 16-byte LANES, else None (a scalar kernel must run). The same under
     sciml.jit: a replay allocates its fresh outputs 64-byte aligned and re-aligns an input whose address does
     not meet what a recorded vector kernel needs (autodiff/jit.py)."""
-    acc = 0
-    for p in ptrs:
-        acc |= p
+    acc = _or(ptrs)
     W = wide(dtype)
     if W > LANES[dtype] and not acc & (W * (4 if dtype == "float32" else 8) - 1):
         return W
@@ -81,9 +101,9 @@ def lanes_for(ptrs, dtype):
 
 def trans_vectors(dtype) -> int:
     """Host-width vectors per loop iteration of the compute-bound float maps (float32 tanh, exp, sigmoid:
-    rational / polynomial forms, ~20-30 dependent vector ops per element, their Horner steps FMAs on x64 hosts since
-    2026-11-29, kernels/elementwise.py): 4 where
-    the host's vectors are 64 bytes (AVX-512: 32 zmm registers), 2 where they are 32 (AVX2: 16 ymm), else 1.
+    rational / polynomial forms, ~20-30 dependent vector ops per element, their Horner steps FMAs on x64 hosts,
+    kernels/elementwise.py): 4 where the host's vectors are 64 bytes (AVX-512: 32 zmm registers), 2 where they
+    are 32 (AVX2: 16 ymm), else 1.
     One wider ``ti.types.vector`` is the same arithmetic lane by lane (the same bits) in independent registers,
     which the core overlaps. Measured here (Xeon, AVX-512, one thread, 16384 float32 in cache, 64 passes in one
     launch, ns per element, 16 / 64 / 128 lanes): tanh 0.74-0.80 / 0.59-0.61 / 0.58, exp 0.75-0.78 / 0.54-0.56 /
@@ -102,10 +122,7 @@ def trans_lanes_for(ptrs, dtype):
         T = L * trans_vectors(dtype)
         # the wider vector's loads may be issued at its own width up to 64 bytes: with SCIML_VEC_LANES=8 on an
         # AVX-512 host, 16 float32 lanes are one zmm load, which faults on a 32-byte-aligned address
-        acc = 0
-        for p in ptrs:
-            acc |= p
-        if not acc & (min(ALIGN, T * (4 if dtype == "float32" else 8)) - 1):
+        if not _or(ptrs) & (min(ALIGN, T * (4 if dtype == "float32" else 8)) - 1):
             return T
     return L
 
@@ -129,9 +146,7 @@ def mem_lanes(dtype) -> int:
 def mem_lanes_for(ptrs, dtype):
     """:func:`lanes_for` for the load/store-bound kernels: :func:`mem_lanes` where every address is 64-byte
     aligned (a vector's natural alignment: sciml's own large host buffers), else the 16-byte LANES, else None."""
-    acc = 0
-    for p in ptrs:
-        acc |= p
+    acc = _or(ptrs)
     if not acc & (MEM_BYTES - 1) and wide(dtype) > LANES[dtype]:
         return mem_lanes(dtype)
     return None if acc & 15 else LANES[dtype]

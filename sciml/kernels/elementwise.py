@@ -257,9 +257,9 @@ def trans_fma(lanes) -> bool:
 def exp_funcs(lanes):
     """float32 ``exp`` and ``sigmoid`` on ``ti.Vector(lanes, f32)`` (or scalars: lanes=1) without libm: Cody-Waite
     reduction x = n ln2 + r, Cephes' degree-5 polynomial for e^r (max error 1.0 ulp against float64 over
-    [-87, 88] with FMAs, 0.97 without; numpy's float32 exp: 2.4), times 2^n built in the exponent bits as two factors 2^(n//2) 2^(n-n//2)
-    so that n may run from -150 to 128: results past FLT_MAX overflow to inf, below the smallest normal
-    underflow to 0 (Taichi flushes subnormals); NaN stays NaN (ordered clamps, then NaN arithmetic).
+    [-87, 88] with FMAs, 0.97 without; numpy's float32 exp: 2.4), times 2^n built in the exponent bits as two
+    factors 2^(n//2) 2^(n-n//2) so that n may run from -150 to 128: results past FLT_MAX overflow to inf, below the
+    smallest normal underflow to 0 (Taichi flushes subnormals); NaN stays NaN (ordered clamps, then NaN arithmetic).
     Kernels using these MUST compile without fast math (``_vec.cached(..., exact=True)``): fast math
     reassociates the two-constant reduction and costs ~60 ulp near |x| = 72.
     sigmoid(x) = 1 / (1 + exp(-x)): relative accuracy also where it is tiny (the rational-tanh form

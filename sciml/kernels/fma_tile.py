@@ -158,22 +158,9 @@ def fma(L, r, a, b, c):
 
 def host_has_fma():
     """The host's CPU has FMA units (x86 flag ``fma``): without them ``llvm.fma`` compiles to a libm call per
-    element. Read once from /proc/cpuinfo; False where it cannot be read."""
-    if not _HAS_FMA:
-        ok = False
-        try:
-            with open("/proc/cpuinfo") as f:
-                for line in f:
-                    if line.startswith("flags"):
-                        ok = "fma" in line.split(":", 1)[1].split()
-                        break
-        except OSError:
-            pass
-        _HAS_FMA.append(ok)
-    return _HAS_FMA[0]
-
-
-_HAS_FMA = []
+    element. False where the flags cannot be read."""
+    from . import _vec
+    return "fma" in _vec.cpu_flags()
 
 
 def _insert(name, args):

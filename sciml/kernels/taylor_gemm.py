@@ -207,4 +207,5 @@ def layer_backward(L, act, Z, HV, W, G, GN, WN, coords, pairs, n: int, w: int, w
     TV.layer_backward(L, act, Z, HV, W if first else GN, G, coords, pairs, n, w, first, dtype, top=(GN, WN, w_next))
 
 
-__all__ = ["BACKWARD", "ENABLED", "MAX_UNROLL", "MAX_WIDTH", "backward_lanes", "host_lanes", "lanes", "layer_backward", "layer_forward"]
+__all__ = ["BACKWARD", "ENABLED", "MAX_UNROLL", "MAX_WIDTH", "backward_lanes", "host_lanes", "lanes", "layer_backward",
+           "layer_forward"]
